@@ -1,0 +1,218 @@
+"""Shared benchmark harness: providers side by side, ceilings from the same run, JSON results.
+
+A benchmark script builds ``Case`` objects (a label, the bytes and FLOPs it moves and does, counted
+explicitly) and, per case, a dict of provider name to a callable ``fn(i)`` that runs one call on
+input set ``i`` (rotate when the data fits in L2). ``run`` times every provider with the same
+timer: CUDA events with the L2 flushed between calls, or, for cases shorter than
+``graph_below_us``, CUDA graph replays. Results go to ``benchmarks/results/<name>_<gpu>_<date>.json``
+with the device, library versions, date, every sample and the ceilings.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelarena.evaluate.ceilings import measure_ceilings
+from kernelarena.evaluate.timing import Timing, time_cpu, time_cuda, time_cuda_graph
+
+RESULTS = Path(__file__).parent / "results"
+
+
+class Unsupported(Exception):
+    """A provider that cannot run a case (missing package, unsupported shape); reported, not fatal."""
+
+
+@dataclass
+class Case:
+    label: str
+    params: dict[str, Any]
+    bytes_moved: float | None = None
+    flops: float | None = None
+
+
+@dataclass
+class Row:
+    case: str
+    provider: str
+    params: dict[str, Any]
+    status: str
+    timing: Timing | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    copy_fraction: float | None = None
+    matmul_fraction: float | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        pass
+    for package in ("liger_kernel", "tvm_ffi", "flashinfer"):
+        try:
+            module = __import__(package)
+            info[package] = getattr(module, "__version__", "installed")
+        except ImportError:
+            continue
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            device=props.name,
+            multiprocessors=props.multi_processor_count,
+            l2_bytes=getattr(props, "L2_cache_size", None),
+            memory_bytes=props.total_memory,
+            capability=f"{props.major}.{props.minor}",
+        )
+    else:
+        info["device"] = platform.processor() or "cpu"
+    return info
+
+
+def _time(fn: Callable[[int], Any], device: torch.device, use_graph: bool) -> Timing:
+    if device.type != "cuda":
+        return time_cpu(fn)
+    if use_graph:
+        return time_cuda_graph(fn, device)
+    return time_cuda(fn, device, max_iterations=60, budget_ms=400)
+
+
+def run(
+    name: str,
+    cases: Iterable[tuple[Case, Callable[[], dict[str, Callable[[int], Any]]]]],
+    *,
+    device: torch.device | None = None,
+    graph_below_us: float = 40.0,
+    ceilings: dict[str, float] | None = None,
+    write: bool = True,
+) -> dict[str, Any]:
+    """Time every provider of every case; ``cases`` yields (case, factory of provider callables)."""
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ceilings = ceilings or measure_ceilings(device)
+    rows: list[Row] = []
+    for case, factory in cases:
+        try:
+            providers = factory()
+        except Unsupported as error:
+            rows.append(Row(case.label, "*", case.params, "skipped", note=str(error)))
+            continue
+        timings: dict[str, Timing | Exception] = {}
+        for provider, fn in providers.items():
+            try:
+                timings[provider] = _time(fn, device, use_graph=False)
+            except Unsupported as error:
+                timings[provider] = error
+            except Exception as error:  # a failing provider is a row, not the end of the run
+                timings[provider] = error
+        measured = [t for t in timings.values() if isinstance(t, Timing)]
+        if device.type == "cuda" and measured and min(t.median_ms for t in measured) * 1e3 < graph_below_us:
+            for provider, fn in providers.items():
+                if isinstance(timings[provider], Timing):
+                    try:
+                        timings[provider] = _time(fn, device, use_graph=True)
+                    except Exception as error:
+                        timings[provider] = error
+        for provider, result in timings.items():
+            rows.append(_row(case, provider, result, ceilings))
+        del providers
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    report = {
+        "benchmark": name,
+        "environment": environment(device),
+        "ceilings": ceilings,
+        "rows": [_row_json(r) for r in rows],
+    }
+    if write:
+        path = result_path(name, report["environment"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        report["path"] = str(path)
+    print_table(report)
+    return report
+
+
+def _row(case: Case, provider: str, result: Timing | Exception, ceilings: dict[str, float]) -> Row:
+    if not isinstance(result, Timing):
+        status = "skipped" if isinstance(result, Unsupported) else "error"
+        return Row(case.label, provider, case.params, status, note=f"{type(result).__name__}: {result}"[:300])
+    seconds = result.median_ms * 1e-3
+    row = Row(case.label, provider, case.params, "ok", timing=result)
+    if case.bytes_moved:
+        row.gbps = case.bytes_moved / seconds / 1e9
+        row.copy_fraction = row.gbps / ceilings["copy_gbps"]
+    if case.flops:
+        row.tflops = case.flops / seconds / 1e12
+        row.matmul_fraction = row.tflops / ceilings["matmul_tflops"]
+    return row
+
+
+def _row_json(row: Row) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "case": row.case,
+        "provider": row.provider,
+        "params": row.params,
+        "status": row.status,
+        "gbps": row.gbps,
+        "tflops": row.tflops,
+        "copy_fraction": row.copy_fraction,
+        "matmul_fraction": row.matmul_fraction,
+        "note": row.note,
+    }
+    if row.timing is not None:
+        data.update(row.timing.as_dict())
+    return data
+
+
+def result_path(name: str, env: dict[str, Any]) -> Path:
+    device = re.sub(r"[^A-Za-z0-9]+", "-", str(env.get("device", "cpu"))).strip("-").lower()
+    return RESULTS / f"{name}_{device}_{env['date'][:10]}.json"
+
+
+def print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    ceilings = report["ceilings"]
+    table = Table(
+        title=f"{report['benchmark']} on {report['environment'].get('device')} "
+        f"(copy {ceilings['copy_gbps']:.0f} GB/s, matmul {ceilings['matmul_tflops']:.0f} TFLOP/s)"
+    )
+    for column in ("case", "provider", "median us", "p20-p80 us", "GB/s", "TFLOP/s", "of ceiling", "mode"):
+        table.add_column(column, justify="right" if column not in ("case", "provider") else "left")
+    for row in report["rows"]:
+        if row["status"] != "ok":
+            table.add_row(row["case"], row["provider"], row["status"], row["note"][:60], "", "", "", "")
+            continue
+        fraction = row["copy_fraction"] if row["copy_fraction"] is not None else row["matmul_fraction"]
+        table.add_row(
+            row["case"],
+            row["provider"],
+            f"{row['median_ms'] * 1e3:.1f}",
+            f"{row['p20_ms'] * 1e3:.1f}-{row['p80_ms'] * 1e3:.1f}",
+            f"{row['gbps']:.0f}" if row["gbps"] is not None else "",
+            f"{row['tflops']:.1f}" if row["tflops"] is not None else "",
+            f"{fraction:.0%}" if fraction is not None else "",
+            row["mode"],
+        )
+    Console(width=160).print(table)

@@ -1,0 +1,26 @@
+"""Base class of every schema: unknown fields survive a load and a save."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NonEmptyString = Annotated[str, Field(min_length=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class Schema(BaseModel):
+    """Keeps fields it does not know (FlashInfer-Trace files from newer tools), writes only what was set.
+
+    ``exclude_unset`` on dump matches how FlashInfer-Bench writes its files: a default that was never
+    written is never invented, so a file loaded and saved comes back byte-for-byte in content.
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, ser_json_inf_nan="strings")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True, by_alias=True)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return self.model_dump_json(exclude_unset=True, by_alias=True, indent=indent)

@@ -1,0 +1,339 @@
+"""TraceSet: a dataset folder in FlashInfer-Trace layout, indexed in memory.
+
+Layout (FlashInfer-Bench's): ``definitions/<op_type>/<name>.json``,
+``solutions/<op_type>/<definition>/<name>.json``, ``workloads/<op_type>/<definition>.jsonl``,
+``traces/<op_type>/<definition>.jsonl``, tensors under ``blob/``.
+
+Loading never stops at the first bad file: every problem is collected with its file and field path,
+and the rest of the dataset still loads. Writing never replaces a file that says something else;
+traces and workloads are appended one line at a time and flushed to disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from kernelarena.data._base import Schema
+from kernelarena.data.definition import AxisError, Definition
+from kernelarena.data.expressions import ExpressionError
+from kernelarena.data.solution import Solution
+from kernelarena.data.trace import Trace
+from kernelarena.data.workload import SafetensorsInput, ScalarInput, Workload
+
+M = TypeVar("M", bound=Schema)
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    location: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.location}" if self.location else self.file
+        return f"{where}: {self.message}"
+
+
+class DatasetError(ValueError):
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        shown = "\n".join(f"  {p}" for p in problems[:50])
+        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        super().__init__(f"{len(problems)} problem(s) in the dataset:\n{shown}{more}")
+
+
+def problems_from_validation(file: str, error: ValidationError, prefix: str = "") -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        location = ".".join(str(p) for p in item["loc"])
+        message = str(item["msg"]).removeprefix("Value error, ")
+        for part in message.split("; "):
+            # Cross-field checks name their own field first ("inputs.x.shape[1]: ...").
+            head, sep, rest = part.partition(": ")
+            if sep and not location and " " not in head:
+                problems.append(Problem(file, prefix + head, rest))
+            else:
+                problems.append(Problem(file, prefix + location, part))
+    return problems
+
+
+@dataclass
+class TraceSet:
+    root: Path | None = None
+    definitions: dict[str, Definition] = field(default_factory=dict)
+    solutions: dict[str, Solution] = field(default_factory=dict)
+    workloads: dict[str, list[Workload]] = field(default_factory=dict)
+    traces: dict[str, list[Trace]] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    origin: dict[str, str] = field(default_factory=dict)
+    blob_roots: dict[str, Path] = field(default_factory=dict)
+
+    # -- loading ------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, root: str | Path, *, strict: bool = False) -> TraceSet:
+        """Load a dataset folder. With ``strict``, raise DatasetError listing every problem."""
+        trace_set = cls(root=Path(root))
+        trace_set._load_folder(Path(root))
+        if strict and trace_set.problems:
+            raise DatasetError(trace_set.problems)
+        return trace_set
+
+    def _load_folder(self, root: Path) -> None:
+        if not root.is_dir():
+            self.problems.append(Problem(str(root), "", "dataset folder does not exist"))
+            return
+        for path in sorted((root / "definitions").rglob("*.json")):
+            for definition in self._read_json(Definition, path, root):
+                self._index_definition(definition, self._label(path, root))
+        for path in sorted((root / "solutions").rglob("*.json")):
+            for solution in self._read_json(Solution, path, root):
+                self._index_solution(solution, self._label(path, root))
+        for path in sorted((root / "workloads").rglob("*.jsonl")):
+            for label, trace in self._read_jsonl(path, root):
+                if not trace.is_workload:
+                    self.problems.append(Problem(label, "", "a workload line must have solution and evaluation null"))
+                    continue
+                self.blob_roots.setdefault(trace.workload.uuid, root)
+                self._index_workload(trace.definition, trace.workload, label)
+        for path in sorted((root / "traces").rglob("*.jsonl")):
+            for label, trace in self._read_jsonl(path, root):
+                if trace.is_workload:
+                    self.problems.append(Problem(label, "", "a trace line needs a solution and an evaluation"))
+                    continue
+                self.traces.setdefault(trace.definition, []).append(trace)
+        self._check_references()
+
+    @staticmethod
+    def _label(path: Path, root: Path) -> str:
+        try:
+            return str(path.relative_to(root.parent))
+        except ValueError:
+            return str(path)
+
+    def _read_json(self, model: type[M], path: Path, root: Path) -> Iterator[M]:
+        label = self._label(path, root)
+        try:
+            yield model.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValidationError as error:
+            self.problems += problems_from_validation(label, error)
+        except (OSError, UnicodeDecodeError) as error:
+            self.problems.append(Problem(label, "", f"cannot read: {error}"))
+
+    def _read_jsonl(self, path: Path, root: Path) -> Iterator[tuple[str, Trace]]:
+        label = self._label(path, root)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            self.problems.append(Problem(label, "", f"cannot read: {error}"))
+            return
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{label}:{number}", Trace.model_validate_json(line)
+            except ValidationError as error:
+                self.problems += problems_from_validation(f"{label}:{number}", error)
+
+    def _index_definition(self, definition: Definition, label: str) -> None:
+        if definition.name in self.definitions:
+            first = self.origin.get(f"definition:{definition.name}", "?")
+            self.problems.append(Problem(label, "name", f"duplicate definition '{definition.name}' (also in {first})"))
+            return
+        self.definitions[definition.name] = definition
+        self.origin[f"definition:{definition.name}"] = label
+
+    def _index_solution(self, solution: Solution, label: str) -> None:
+        if solution.name in self.solutions:
+            first = self.origin.get(f"solution:{solution.name}", "?")
+            self.problems.append(Problem(label, "name", f"duplicate solution '{solution.name}' (also in {first})"))
+            return
+        self.solutions[solution.name] = solution
+        self.origin[f"solution:{solution.name}"] = label
+
+    def _index_workload(self, definition: str, workload: Workload, label: str) -> None:
+        known = self.workloads.setdefault(definition, [])
+        if any(w.uuid == workload.uuid for w in known):
+            self.problems.append(Problem(label, "workload.uuid", f"duplicate workload uuid '{workload.uuid}'"))
+            return
+        known.append(workload)
+        self.origin[f"workload:{workload.uuid}"] = label
+
+    def _check_references(self) -> None:
+        for name, solution in self.solutions.items():
+            if solution.definition not in self.definitions:
+                label = self.origin.get(f"solution:{name}", name)
+                self.problems.append(Problem(label, "definition", f"unknown definition '{solution.definition}'"))
+        for definition_name, workloads in self.workloads.items():
+            definition = self.definitions.get(definition_name)
+            for workload in workloads:
+                label = self.origin.get(f"workload:{workload.uuid}", workload.uuid)
+                if definition is None:
+                    self.problems.append(Problem(label, "definition", f"unknown definition '{definition_name}'"))
+                    continue
+                self.problems += [Problem(label, loc, msg) for loc, msg in self.workload_problems(definition, workload)]
+
+    def workload_problems(self, definition: Definition, workload: Workload) -> list[tuple[str, str]]:
+        problems: list[tuple[str, str]] = []
+        try:
+            definition.resolve_axes(workload.axes)
+        except (AxisError, ExpressionError) as error:
+            problems.append(("workload.axes", str(error)))
+        for name, spec in definition.inputs.items():
+            given = workload.inputs.get(name)
+            if given is None:
+                problems.append((f"workload.inputs.{name}", "missing (use {\"type\": \"random\"})"))
+            elif isinstance(given, ScalarInput) and spec.shape is not None:
+                problems.append((f"workload.inputs.{name}", f"a scalar value for a tensor of shape {spec.shape}"))
+            elif isinstance(given, SafetensorsInput):
+                blob = self.blob_root(workload) / given.path
+                if not blob.is_file():
+                    problems.append((f"workload.inputs.{name}.path", f"file '{given.path}' does not exist"))
+        for name in set(workload.inputs) - set(definition.inputs):
+            problems.append((f"workload.inputs.{name}", f"'{name}' is not an input of '{definition.name}'"))
+        return problems
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def solutions_for(self, definition: str) -> list[Solution]:
+        return [s for s in self.solutions.values() if s.definition == definition]
+
+    def workloads_for(self, definition: str, tags: Iterable[str] | None = None) -> list[Workload]:
+        workloads = self.workloads.get(definition, [])
+        if tags is None:
+            return list(workloads)
+        wanted = set(tags)
+        return [w for w in workloads if wanted & set(w.tags or [])]
+
+    def blob_root(self, workload: Workload) -> Path:
+        root = self.blob_roots.get(workload.uuid, self.root)
+        if root is None:
+            raise ValueError(f"workload {workload.uuid} reads safetensors but its dataset has no folder")
+        return root
+
+    # -- adding and writing -------------------------------------------------------------------
+
+    def add_definition(self, definition: Definition, *, persist: bool = True) -> None:
+        self._index_definition(definition, "(added)")
+        if persist and self.root is not None:
+            _write_new(self.root / "definitions" / definition.op_type / f"{definition.name}.json", definition)
+
+    def add_solution(self, solution: Solution, *, persist: bool = True) -> None:
+        definition = self.definitions.get(solution.definition)
+        if definition is None:
+            raise ValueError(f"solution '{solution.name}': unknown definition '{solution.definition}'")
+        self._index_solution(solution, "(added)")
+        if persist and self.root is not None:
+            path = self.root / "solutions" / definition.op_type / definition.name / f"{solution.name}.json"
+            _write_new(path, solution)
+
+    def add_workload(self, definition_name: str, workload: Workload, *, persist: bool = True) -> None:
+        definition = self.definitions[definition_name]
+        before = len(self.workloads.get(definition_name, []))
+        self._index_workload(definition_name, workload, "(added)")
+        if persist and self.root is not None and len(self.workloads[definition_name]) > before:
+            self.blob_roots.setdefault(workload.uuid, self.root)
+            line = Trace(definition=definition_name, workload=workload, solution=None, evaluation=None)
+            append_line(self.root / "workloads" / definition.op_type / f"{definition_name}.jsonl", line)
+
+    def append_trace(self, trace: Trace) -> None:
+        """Index a trace and, when the set has a folder, append it to disk and flush."""
+        self.traces.setdefault(trace.definition, []).append(trace)
+        if self.root is not None:
+            op_type = self.definitions[trace.definition].op_type if trace.definition in self.definitions else "unknown"
+            append_line(self.root / "traces" / op_type / f"{trace.definition}.jsonl", trace)
+
+    def merge(self, other: TraceSet) -> None:
+        """Add everything of ``other``; duplicates become problems, never silent replacements."""
+        for name, definition in other.definitions.items():
+            self._index_definition(definition, other.origin.get(f"definition:{name}", "(merged)"))
+        for name, solution in other.solutions.items():
+            self._index_solution(solution, other.origin.get(f"solution:{name}", "(merged)"))
+        for definition_name, workloads in other.workloads.items():
+            for workload in workloads:
+                self._index_workload(definition_name, workload, other.origin.get(f"workload:{workload.uuid}", "(merged)"))
+                if workload.uuid in other.blob_roots:
+                    self.blob_roots.setdefault(workload.uuid, other.blob_roots[workload.uuid])
+                elif other.root is not None:
+                    self.blob_roots.setdefault(workload.uuid, other.root)
+        for definition_name, traces in other.traces.items():
+            self.traces.setdefault(definition_name, []).extend(traces)
+        self.problems += other.problems
+
+    def save(self, root: str | Path) -> None:
+        """Write the whole set as a new dataset folder (never over a file that differs)."""
+        root = Path(root)
+        for definition in self.definitions.values():
+            _write_new(root / "definitions" / definition.op_type / f"{definition.name}.json", definition)
+        for solution in self.solutions.values():
+            op_type = self.definitions[solution.definition].op_type
+            _write_new(root / "solutions" / op_type / solution.definition / f"{solution.name}.json", solution)
+        for definition_name, workloads in self.workloads.items():
+            op_type = self.definitions[definition_name].op_type
+            lines = [Trace(definition=definition_name, workload=w, solution=None, evaluation=None) for w in workloads]
+            _write_lines(root / "workloads" / op_type / f"{definition_name}.jsonl", lines)
+            for workload in workloads:
+                self._copy_blobs(workload, root)
+        for definition_name, traces in self.traces.items():
+            op_type = self.definitions[definition_name].op_type if definition_name in self.definitions else "unknown"
+            _write_lines(root / "traces" / op_type / f"{definition_name}.jsonl", traces)
+
+    def _copy_blobs(self, workload: Workload, root: Path) -> None:
+        for spec in workload.inputs.values():
+            if isinstance(spec, SafetensorsInput):
+                source = self.blob_root(workload) / spec.path
+                target = root / spec.path
+                if source.resolve() == target.resolve() or target.exists():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(source.read_bytes())
+
+
+def _dump_json(model: Schema) -> str:
+    return json.dumps(model.to_json_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _write_new(path: Path, model: Schema) -> None:
+    text = _dump_json(model)
+    if path.exists():
+        if path.read_text(encoding="utf-8") == text:
+            return
+        raise FileExistsError(f"{path} exists with other content; not replacing it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _write_lines(path: Path, models: list[Trace]) -> None:
+    text = "".join(m.to_json() + "\n" for m in models)
+    if path.exists():
+        if path.read_text(encoding="utf-8") == text:
+            return
+        raise FileExistsError(f"{path} exists with other content; not replacing it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def append_line(path: Path, model: Schema) -> None:
+    """Append one JSON line and make it durable before returning (a kill loses nothing written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = model.to_json() + "\n"
+    with open(path, "a+b") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() > 0:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                line = "\n" + line  # a line cut short by a kill stays its own (bad) line
+        handle.write(line.encode("utf-8"))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_json_any(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))

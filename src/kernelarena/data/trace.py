@@ -1,0 +1,109 @@
+"""Trace: the record of evaluating one solution on one workload.
+
+FlashInfer-Bench's loader rejects ``correctness`` or ``performance`` on a status that does not allow
+them (PASSED has both, INCORRECT_NUMERICAL only correctness, the rest neither); we enforce the same.
+Its ``performance`` holds latency_ms, reference_latency_ms and speedup_factor; the spread of the
+timings, the sample count, achieved rates and the content hashes are extra fields, which it ignores.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from kernelarena.data._base import NonEmptyString, Schema
+from kernelarena.data.workload import Workload
+
+
+class Status(str, Enum):
+    PASSED = "PASSED"
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"
+    INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
+    INCORRECT_DTYPE = "INCORRECT_DTYPE"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    TIMEOUT = "TIMEOUT"
+
+
+class Correctness(Schema):
+    max_relative_error: float = 0.0
+    max_absolute_error: float = 0.0
+    extra: dict[str, Any] | None = None
+
+    @field_validator("max_relative_error", "max_absolute_error")
+    @classmethod
+    def _non_negative_or_nan(cls, value: float) -> float:
+        if not math.isnan(value) and value < 0:
+            raise ValueError("must be non-negative or NaN")
+        return value
+
+
+class Performance(Schema):
+    latency_ms: float = Field(default=0.0, ge=0.0)
+    reference_latency_ms: float = Field(default=0.0, ge=0.0)
+    speedup_factor: float = Field(default=0.0, ge=0.0)
+    # ours
+    latency_p20_ms: float | None = None
+    latency_p80_ms: float | None = None
+    sample_count: int | None = None
+    samples_ms: list[float] | None = None
+    timing_mode: str | None = None
+    bytes_moved: float | None = None
+    flops: float | None = None
+    achieved_gbps: float | None = None
+    achieved_tflops: float | None = None
+    ceiling_fraction: float | None = None
+
+
+class Environment(Schema):
+    hardware: NonEmptyString
+    libs: dict[str, str] = Field(default_factory=dict)
+    # ours
+    device: str | None = None
+    ceilings: dict[str, float] | None = None
+
+
+class Evaluation(Schema):
+    status: Status
+    environment: Environment
+    timestamp: NonEmptyString
+    log: str = ""
+    correctness: Correctness | None = None
+    performance: Performance | None = None
+
+    @model_validator(mode="after")
+    def _metrics_match_status(self) -> Evaluation:
+        wants_correctness = self.status in (Status.PASSED, Status.INCORRECT_NUMERICAL)
+        wants_performance = self.status is Status.PASSED
+        if wants_correctness != (self.correctness is not None):
+            verb = "must" if wants_correctness else "must not"
+            raise ValueError(f"correctness: {verb} be present when status is {self.status.value}")
+        if wants_performance != (self.performance is not None):
+            verb = "must" if wants_performance else "must not"
+            raise ValueError(f"performance: {verb} be present when status is {self.status.value}")
+        return self
+
+
+class TraceHashes(Schema):
+    definition: str
+    workload: str
+    solution: str | None = None
+
+
+class Trace(Schema):
+    definition: NonEmptyString
+    workload: Workload
+    solution: str | None = None
+    evaluation: Evaluation | None = None
+    hashes: TraceHashes | None = None
+
+    @property
+    def is_workload(self) -> bool:
+        return self.solution is None and self.evaluation is None
+
+    @property
+    def passed(self) -> bool:
+        return self.evaluation is not None and self.evaluation.status is Status.PASSED

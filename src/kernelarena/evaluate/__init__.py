@@ -1,0 +1,1 @@
+"""Inputs, comparison, timing, ceilings, worker processes and the runner."""

@@ -1,0 +1,164 @@
+"""Timing with every sample kept: CUDA events (L2 flushed between calls), CUDA graphs, CPU clock.
+
+Each timer calls ``fn(i)`` for iteration ``i`` so that callers can rotate input sets; warm-up calls
+are made first and never counted. ``summarize`` gives the median and the 20th/80th percentiles.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+Call = Callable[[int], Any]
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    count: int
+    mode: str
+    samples_ms: list[float] = field(repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _percentile(sorted_samples: list[float], q: float) -> float:
+    if len(sorted_samples) == 1:
+        return sorted_samples[0]
+    position = q * (len(sorted_samples) - 1)
+    low = int(position)
+    high = min(low + 1, len(sorted_samples) - 1)
+    return sorted_samples[low] + (sorted_samples[high] - sorted_samples[low]) * (position - low)
+
+
+def summarize(samples_ms: list[float], mode: str) -> Timing:
+    if not samples_ms:
+        raise ValueError("no timing samples")
+    ordered = sorted(samples_ms)
+    return Timing(
+        median_ms=statistics.median(ordered),
+        p20_ms=_percentile(ordered, 0.2),
+        p80_ms=_percentile(ordered, 0.8),
+        count=len(ordered),
+        mode=mode,
+        samples_ms=list(samples_ms),
+    )
+
+
+class L2Flusher:
+    """Writes a buffer twice the size of the L2 so the next call starts from device memory."""
+
+    def __init__(self, device: torch.device) -> None:
+        props = torch.cuda.get_device_properties(device)
+        size = max(int(getattr(props, "L2_cache_size", 0)) * 2, 64 << 20)
+        self.buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def time_cuda(
+    fn: Call,
+    device: torch.device,
+    *,
+    warmup: int = 3,
+    max_iterations: int = 100,
+    min_iterations: int = 5,
+    budget_ms: float = 300.0,
+    flush_l2: bool = True,
+) -> Timing:
+    """One event pair around each call; the L2 flush happens outside the pair."""
+    flusher = L2Flusher(device) if flush_l2 else None
+    stream = torch.cuda.current_stream(device)
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize(device)
+    samples: list[float] = []
+    started = time.perf_counter()
+    batch = 10
+    iteration = 0
+    while iteration < max_iterations:
+        pairs = []
+        for _ in range(min(batch, max_iterations - iteration)):
+            if flusher is not None:
+                flusher()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn(warmup + iteration)
+            end.record(stream)
+            pairs.append((start, end))
+            iteration += 1
+        torch.cuda.synchronize(device)
+        samples += [s.elapsed_time(e) for s, e in pairs]
+        spent_ms = (time.perf_counter() - started) * 1e3
+        if iteration >= min_iterations and spent_ms > budget_ms:
+            break
+    return summarize(samples, "cuda_events_l2_flush" if flush_l2 else "cuda_events")
+
+
+def time_cuda_graph(
+    fn: Call,
+    device: torch.device,
+    *,
+    calls_per_graph: int = 20,
+    replays: int = 30,
+    warmup: int = 3,
+) -> Timing:
+    """For kernels too short for per-call events: a graph of ``calls_per_graph`` calls, each
+    replay timed, each sample the replay time over the calls in it. Launch gaps vanish; the L2 is
+    not flushed inside a graph, so callers rotate inputs through ``fn(i)`` where that matters."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for i in range(warmup):
+            fn(i)
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls_per_graph):
+            fn(i)
+    graph.replay()
+    torch.cuda.synchronize(device)
+    samples = []
+    stream = torch.cuda.current_stream(device)
+    for _ in range(replays):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        graph.replay()
+        end.record(stream)
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / calls_per_graph)
+    del graph
+    return summarize(samples, "cuda_graph")
+
+
+def time_cpu(
+    fn: Call,
+    *,
+    warmup: int = 2,
+    max_iterations: int = 50,
+    min_iterations: int = 3,
+    budget_ms: float = 200.0,
+) -> Timing:
+    for i in range(warmup):
+        fn(i)
+    samples: list[float] = []
+    started = time.perf_counter()
+    for iteration in range(max_iterations):
+        begin = time.perf_counter_ns()
+        fn(warmup + iteration)
+        samples.append((time.perf_counter_ns() - begin) / 1e6)
+        if iteration + 1 >= min_iterations and (time.perf_counter() - started) * 1e3 > budget_ms:
+            break
+    return summarize(samples, "cpu_clock")

@@ -1,0 +1,209 @@
+"""How a built-in operator is declared: one ``OperatorSpec`` in ``library/<op>/__init__.py``.
+
+An operator folder holds ``reference.py`` (the float32 reference: ``run`` and, where random inputs
+need shaping, ``make_inputs``), the solutions in ``triton/``, ``cuda/`` and ``torch/``, and the
+``OPERATOR`` spec. A spec is expanded into FlashInfer-Trace objects: one Definition per variant
+(usually per dtype), one Solution per (variant, solution), one Workload per (variant, workload).
+Nothing here imports torch, so listing the library stays fast.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelarena.data import (
+    AxisConst,
+    AxisVar,
+    BuildSpec,
+    Definition,
+    RandomInput,
+    ScalarInput,
+    Solution,
+    SourceFile,
+    TensorSpec,
+    Tolerance,
+    Workload,
+)
+
+_UUID_NAMESPACE = uuid.UUID("6f1d2b1e-4c55-4a8e-9a59-0d6c1b0e7a11")
+
+
+def var(description: str | None = None) -> AxisVar:
+    return AxisVar(type="var", description=description)
+
+
+def const(value: int, description: str | None = None) -> AxisConst:
+    return AxisConst(type="const", value=value, description=description)
+
+
+def derived(expression: str, description: str | None = None) -> AxisVar:
+    """A var axis computed from others, e.g. ``derived("k // 2")`` for packed FP4."""
+    return AxisVar(type="var", expression=expression, description=description)
+
+
+def tensor(shape: list[str], dtype: str, description: str | None = None, aliases: str | None = None) -> dict[str, Any]:
+    """A tensor; ``dtype`` may be a template such as ``"{dtype}"`` filled per variant."""
+    spec: dict[str, Any] = {"shape": shape, "dtype": dtype}
+    if description:
+        spec["description"] = description
+    if aliases:
+        spec["aliases"] = aliases
+    return spec
+
+
+def scalar(dtype: str, description: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"shape": None, "dtype": dtype}
+    if description:
+        spec["description"] = description
+    return spec
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One Definition of the operator: ``{key}`` templates in dtypes are filled from ``params``."""
+
+    suffix: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    tolerances: Mapping[str, Tolerance] | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class SolutionSpec:
+    """Sources are files of the operator folder; they are stored relative to the entry file's folder."""
+
+    name: str
+    language: str
+    entry: str
+    extra_files: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ("cuda",)
+    description: str = ""
+    destination_passing_style: bool = True
+    dependencies: tuple[str, ...] = ()
+    variants: tuple[str, ...] | None = None
+    author: str = "kernelarena"
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    axes: Mapping[str, int]
+    scalars: Mapping[str, bool | int | float] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    params: Mapping[str, Any] = field(default_factory=dict)
+    variants: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    name: str
+    op_type: str
+    description: str
+    axes: Mapping[str, AxisConst | AxisVar]
+    inputs: Mapping[str, Mapping[str, Any]]
+    outputs: Mapping[str, Mapping[str, Any]]
+    variants: tuple[Variant, ...]
+    workloads: tuple[WorkloadSpec, ...]
+    solutions: tuple[SolutionSpec, ...]
+    folder: Path
+    reference: str = "reference.py"
+    constraints: tuple[str, ...] = ()
+    bytes_moved: str | None = None
+    flops: str | None = None
+    tags: tuple[str, ...] = ()
+
+    def definition_name(self, variant: Variant) -> str:
+        return f"{self.name}_{variant.suffix}" if variant.suffix else self.name
+
+    def definitions(self) -> list[Definition]:
+        reference = (self.folder / self.reference).read_text(encoding="utf-8")
+        return [self._definition(v, reference) for v in self.variants]
+
+    def _definition(self, variant: Variant, reference: str) -> Definition:
+        def fill(specs: Mapping[str, Mapping[str, Any]]) -> dict[str, TensorSpec]:
+            return {
+                name: TensorSpec.model_validate({**spec, "dtype": str(spec["dtype"]).format(**variant.params)})
+                for name, spec in specs.items()
+            }
+
+        payload: dict[str, Any] = {
+            "name": self.definition_name(variant),
+            "op_type": self.op_type,
+            "description": variant.description or self.description,
+            "tags": [*self.tags, f"family:{self.name}"],
+            "axes": dict(self.axes),
+            "inputs": fill(self.inputs),
+            "outputs": fill(self.outputs),
+            "reference": reference,
+        }
+        if self.constraints:
+            payload["constraints"] = list(self.constraints)
+        if variant.tolerances:
+            payload["tolerances"] = dict(variant.tolerances)
+        if self.bytes_moved:
+            payload["bytes_moved"] = self.bytes_moved
+        if self.flops:
+            payload["flops"] = self.flops
+        return Definition(**payload)
+
+    def solutions_for(self, variant: Variant) -> list[Solution]:
+        definition = self.definition_name(variant)
+        made = []
+        for spec in self.solutions:
+            if spec.variants is not None and variant.suffix not in spec.variants:
+                continue
+            entry_file, symbol = spec.entry.split("::")
+            base = (self.folder / entry_file).parent
+            files = [entry_file, *spec.extra_files]
+            sources = [
+                SourceFile(
+                    path=str((self.folder / f).relative_to(base)),
+                    content=(self.folder / f).read_text(encoding="utf-8"),
+                )
+                for f in files
+            ]
+            made.append(
+                Solution(
+                    name=f"{definition}_{spec.name}",
+                    definition=definition,
+                    author=spec.author,
+                    description=spec.description or None,
+                    spec=BuildSpec(
+                        language=spec.language,  # type: ignore[arg-type]
+                        target_hardware=list(spec.targets),
+                        entry_point=f"{sources[0].path}::{symbol}",
+                        dependencies=list(spec.dependencies),
+                        destination_passing_style=spec.destination_passing_style,
+                    ),
+                    sources=sources,
+                )
+            )
+        return made
+
+    def workloads_for(self, variant: Variant, definition: Definition) -> list[Workload]:
+        made = []
+        for spec in self.workloads:
+            if spec.variants is not None and variant.suffix not in spec.variants:
+                continue
+            inputs: dict[str, Any] = {
+                name: ScalarInput(type="scalar", value=spec.scalars[name])
+                if name in spec.scalars
+                else RandomInput(type="random")
+                for name in definition.inputs
+            }
+            axes = definition.resolve_axes(spec.axes)
+            listed = {n: axes[n] for n in definition.var_axes}
+            key = repr((definition.name, sorted(listed.items()), sorted(spec.scalars.items()), sorted(spec.params.items())))
+            workload: dict[str, Any] = {
+                "uuid": str(uuid.uuid5(_UUID_NAMESPACE, key)),
+                "axes": listed,
+                "inputs": inputs,
+                "tags": list(spec.tags),
+            }
+            if spec.params:
+                workload["params"] = dict(spec.params)
+            made.append(Workload(**workload))
+        return made
