@@ -10,6 +10,13 @@ NonEmptyString = Annotated[str, Field(min_length=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
+class Tagged(BaseModel):
+    """Mixin for models told apart by a ``type`` field: it is always written, even when defaulted."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.model_fields_set.add("type")
+
+
 class Schema(BaseModel):
     """Keeps fields it does not know (FlashInfer-Trace files from newer tools), writes only what was set.
 

@@ -25,18 +25,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema
+from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema, Tagged
 from kernelarena.data.dtypes import DType
 from kernelarena.data.expressions import ExpressionError, evaluate, names, parse
 
 
-class AxisConst(Schema):
+class AxisConst(Tagged, Schema):
     type: Literal["const"] = "const"
     value: NonNegativeInt
     description: str | None = None
 
 
-class AxisVar(Schema):
+class AxisVar(Tagged, Schema):
     type: Literal["var"] = "var"
     description: str | None = None
     expression: str | None = None

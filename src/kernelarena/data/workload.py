@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Discriminator, Tag, field_validator
 
-from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema
+from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema, Tagged
 from kernelarena.data.definition import _content_hash
 from kernelarena.data.solution import check_relative_path
 
 
-class RandomInput(Schema):
+class RandomInput(Tagged, Schema):
     type: Literal["random"] = "random"
 
 
-class ScalarInput(Schema):
+class ScalarInput(Tagged, Schema):
     type: Literal["scalar"] = "scalar"
     value: bool | int | float
 
 
-class SafetensorsInput(Schema):
+class SafetensorsInput(Tagged, Schema):
     """A tensor stored in a safetensors file, by a path relative to the dataset root."""
 
     type: Literal["safetensors"] = "safetensors"
@@ -33,7 +33,23 @@ class SafetensorsInput(Schema):
         return check_relative_path(path)
 
 
-InputSpec = Annotated[RandomInput | ScalarInput | SafetensorsInput, Field(discriminator="type")]
+def _input_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        if "type" in value:
+            return str(value["type"])
+        # Files that omit unset fields: {} is random, {"value": ...} scalar, {"path": ...} safetensors.
+        if "value" in value:
+            return "scalar"
+        return "safetensors" if "path" in value else "random"
+    return str(getattr(value, "type", "random"))
+
+
+InputSpec = Annotated[
+    Annotated[RandomInput, Tag("random")]
+    | Annotated[ScalarInput, Tag("scalar")]
+    | Annotated[SafetensorsInput, Tag("safetensors")],
+    Discriminator(_input_kind),
+]
 
 
 class Workload(Schema):

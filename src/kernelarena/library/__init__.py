@@ -7,19 +7,26 @@ import pkgutil
 from functools import lru_cache
 from pathlib import Path
 
-from kernelarena.data import TraceSet
+from kernelarena.data import Problem, TraceSet
 from kernelarena.library._spec import OperatorSpec
 
 LIBRARY_FOLDER = Path(__file__).parent
 SHIPPED_TRACES = LIBRARY_FOLDER / "traces"
 
 
-def operator_specs() -> list[OperatorSpec]:
+def operator_specs(problems: list[Problem] | None = None) -> list[OperatorSpec]:
+    """Every ``OPERATOR`` under library/; an operator that fails to import becomes a problem."""
     specs = []
     for module in pkgutil.iter_modules([str(LIBRARY_FOLDER)]):
         if module.name.startswith("_") or not module.ispkg or module.name == "traces":
             continue
-        loaded = importlib.import_module(f"{__name__}.{module.name}")
+        try:
+            loaded = importlib.import_module(f"{__name__}.{module.name}")
+        except Exception as error:
+            if problems is None:
+                raise
+            problems.append(Problem(f"library/{module.name}/__init__.py", "", f"{type(error).__name__}: {error}"))
+            continue
         spec = getattr(loaded, "OPERATOR", None)
         if isinstance(spec, OperatorSpec):
             specs.append(spec)
@@ -29,20 +36,29 @@ def operator_specs() -> list[OperatorSpec]:
 @lru_cache(maxsize=1)
 def _library() -> TraceSet:
     trace_set = TraceSet(root=None)
-    for spec in operator_specs():
-        definitions = {d.name: d for d in spec.definitions()}
-        for variant in spec.variants:
-            definition = definitions[spec.definition_name(variant)]
-            trace_set.add_definition(definition, persist=False)
-            for solution in spec.solutions_for(variant):
-                trace_set.add_solution(solution, persist=False)
-            for workload in spec.workloads_for(variant, definition):
-                trace_set.add_workload(definition.name, workload, persist=False)
+    for spec in operator_specs(trace_set.problems):
+        try:
+            _add_operator(trace_set, spec)
+        except Exception as error:  # one broken operator never hides the rest of the library
+            trace_set.problems.append(Problem(f"library/{spec.folder.name}", "", f"{type(error).__name__}: {error}"))
     if SHIPPED_TRACES.is_dir():
         for path in sorted(SHIPPED_TRACES.rglob("*.jsonl")):
             for _, trace in trace_set._read_jsonl(path, SHIPPED_TRACES):
                 trace_set.traces.setdefault(trace.definition, []).append(trace)
     return trace_set
+
+
+def _add_operator(trace_set: TraceSet, spec: OperatorSpec) -> None:
+    definitions = {d.name: d for d in spec.definitions()}
+    solutions = [s for v in spec.variants for s in spec.solutions_for(v)]
+    workloads = [(v, spec.workloads_for(v, definitions[spec.definition_name(v)])) for v in spec.variants]
+    for definition in definitions.values():
+        trace_set.add_definition(definition, persist=False)
+    for solution in solutions:
+        trace_set.add_solution(solution, persist=False)
+    for variant, made in workloads:
+        for workload in made:
+            trace_set.add_workload(spec.definition_name(variant), workload, persist=False)
 
 
 def load_library() -> TraceSet:

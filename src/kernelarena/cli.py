@@ -1,0 +1,211 @@
+"""The ``kernelarena`` command: thin, it calls the stages (data, evaluate, dispatch, report)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kernelarena.data import DatasetError, TraceSet
+from kernelarena.datasets import load_default, user_dataset_root
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+dispatch_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Dispatch tables built from traces.")
+app.add_typer(dispatch_app, name="dispatch")
+# Wide tables when piped (CI logs, files); the terminal's own width otherwise.
+console = Console(width=None if sys.stdout.isatty() else 160)
+errors = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+DatasetOption = Annotated[
+    Optional[str],
+    typer.Option("--dataset", help="dataset folder (default: $KERNELARENA_DATASET or ~/.local/share/kernelarena/dataset)"),
+]
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [part for value in values for part in value.split(",") if part]
+
+
+def _warn_problems(trace_set: TraceSet) -> None:
+    if trace_set.problems:
+        errors.print(f"[yellow]{len(trace_set.problems)} problem(s) in the dataset were skipped; "
+                     "run 'kernelarena validate' for the list[/yellow]")
+
+
+@app.command("list")
+def list_definitions(dataset: DatasetOption = None) -> None:
+    """List the definitions with their axes, solutions, workloads and traces."""
+    from kernelarena.report.console import definitions_table
+
+    combined, _ = load_default(dataset)
+    _warn_problems(combined)
+    console.print(definitions_table(combined))
+
+
+@app.command()
+def show(name: str, dataset: DatasetOption = None) -> None:
+    """Show one definition: its schema, solutions, workloads and the latest results."""
+    combined, _ = load_default(dataset)
+    definition = combined.definitions.get(name)
+    if definition is None:
+        from kernelarena.evaluate.runner import PlanError, select_definitions
+
+        try:
+            family = select_definitions(combined, [name])
+        except PlanError as error:
+            errors.print(f"[red]{error}[/red]")
+            raise typer.Exit(2) from None
+        console.print(f"'{name}' names {len(family)} definitions: {', '.join(sorted(d.name for d in family))}")
+        return
+    payload = definition.to_json_dict()
+    payload["reference"] = f"<{len(definition.reference.splitlines())} lines>"
+    console.print_json(json.dumps(payload))
+    console.print("[bold]solutions[/bold]")
+    for solution in combined.solutions_for(name):
+        console.print(f"  {solution.name}  [{solution.spec.language.value}] {solution.spec.entry_point}  "
+                      f"targets={solution.spec.target_hardware}  {solution.description or ''}")
+    console.print(f"[bold]workloads[/bold] ({len(combined.workloads.get(name, []))})")
+    from kernelarena.report.console import workload_label
+
+    for workload in combined.workloads.get(name, []):
+        console.print(f"  {workload.uuid[:8]}  {workload_label(workload)}  tags={workload.tags or []}")
+    traces = combined.traces.get(name, [])
+    console.print(f"[bold]traces[/bold]: {len(traces)} ({sum(t.passed for t in traces)} passed)")
+
+
+@app.command()
+def validate(
+    path: Annotated[Optional[Path], typer.Argument(help="dataset folder (default: the built-in library and the user dataset)")] = None,
+) -> None:
+    """Check a dataset folder: every problem with its file and field; exit 1 if there is any."""
+    if path is not None:
+        trace_set = TraceSet.load(path)
+        label = str(path)
+    else:
+        trace_set, _ = load_default(None)
+        label = f"built-in library + {user_dataset_root()}"
+    for problem in trace_set.problems:
+        console.print(str(problem), markup=False, highlight=False)
+    counts = (len(trace_set.definitions), len(trace_set.solutions),
+              sum(len(w) for w in trace_set.workloads.values()), sum(len(t) for t in trace_set.traces.values()))
+    summary = (f"{label}: {counts[0]} definitions, {counts[1]} solutions, {counts[2]} workloads, "
+               f"{counts[3]} traces; {len(trace_set.problems)} problem(s)")
+    console.print(summary, markup=False, highlight=False)
+    if trace_set.problems:
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    names: Annotated[Optional[list[str]], typer.Argument(help="definitions, families or op_types (default: all)")] = None,
+    solutions: Annotated[Optional[list[str]], typer.Option("--solutions", "-s", help="solution names, suffixes or languages")] = None,
+    suite: Annotated[Optional[str], typer.Option(help="smoke | correctness | performance | all (default: smoke on CPU, all on GPU)")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda (every GPU), or cuda:0,cuda:1")] = None,
+    dataset: DatasetOption = None,
+    resume: Annotated[bool, typer.Option(help="skip jobs whose traces are already in the dataset")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the traces as JSON on stdout")] = False,
+    trials: Annotated[int, typer.Option(help="checks with fresh random inputs per workload")] = 3,
+    timeout: Annotated[float, typer.Option(help="seconds a job may run after its build")] = 300.0,
+    build_timeout: Annotated[float, typer.Option(help="seconds a build may take")] = 900.0,
+    no_timing: Annotated[bool, typer.Option("--no-timing", help="check correctness only")] = False,
+    allow_failures: Annotated[bool, typer.Option("--allow-failures", help="exit 0 even when a solution fails")] = False,
+    executor: Annotated[str, typer.Option(help="local (worker per device) or ray")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="Ray address for --executor ray (auto, ray://host:port)")] = None,
+) -> None:
+    """Evaluate solutions on workloads: build, check, time, and append a trace for each."""
+    from kernelarena.evaluate.devices import resolve_devices
+    from kernelarena.evaluate.evaluator import Options
+    from kernelarena.evaluate.jobs import Timeouts
+    from kernelarena.evaluate.runner import PlanError, failed_statuses, plan, run_jobs
+    from kernelarena.report.console import failure_details, run_tables
+
+    out = errors if as_json else console
+    combined, user = load_default(dataset)
+    _warn_problems(combined)
+    try:
+        devices = resolve_devices(device)
+        on_gpu = any(d.startswith("cuda") for d in devices)
+        options = Options(trials=trials, timing=not no_timing)
+        jobs = plan(combined, names, _split(solutions), suite or ("all" if on_gpu else "smoke"), on_gpu, options)
+    except (PlanError, ValueError) as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
+    timeouts = Timeouts(build_s=build_timeout, run_s=timeout)
+    runner_executor = _executor(executor, address, devices, timeouts)
+    out.print(f"{len(jobs)} jobs on {', '.join(devices)}; traces go to {user.root}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=out, transient=True) as progress:
+        task = progress.add_task("evaluating", total=len(jobs))
+
+        def advance(job: object, result: object) -> None:
+            name = getattr(getattr(job, "solution", None), "name", "")
+            progress.update(task, advance=1, description=f"evaluating {name}")
+
+        try:
+            summary = run_jobs(jobs, runner_executor, user, resume=resume, on_progress=advance)
+        except (RuntimeError, DatasetError) as error:
+            errors.print(f"[red]{error}[/red]")
+            raise typer.Exit(1) from None
+        finally:
+            runner_executor.close()
+    if as_json:
+        sys.stdout.write(json.dumps({
+            "environments": summary.environments,
+            "traces": [t.to_json_dict() for t in summary.traces],
+            "skipped": [{"solution": j.solution.name, "workload": j.workload.uuid, "reason": r} for j, r in summary.skipped],
+            "resumed": summary.resumed,
+        }) + "\n")
+    else:
+        for environment in summary.environments:
+            ceilings = environment.get("ceilings") or {}
+            console.print(f"{environment['device']}: {environment['hardware']}; copy {ceilings.get('copy_gbps', 0):.0f} GB/s, "
+                          f"matmul {ceilings.get('matmul_tflops', 0):.1f} TFLOP/s")
+        run_tables(combined, summary.traces, summary.skipped, console)
+        failure_details(summary.traces, console)
+    counts = failed_statuses(summary)
+    passed = sum(t.passed for t in summary.traces)
+    out.print(f"{passed} passed, {len(summary.failures)} failed "
+              f"({', '.join(f'{k.value} {v}' for k, v in counts.items()) or 'none'}), "
+              f"{len(summary.skipped)} skipped, {summary.resumed} already done")
+    if summary.failures and not allow_failures:
+        raise typer.Exit(1)
+
+
+def _executor(kind: str, address: str | None, devices: list[str], timeouts: object) -> object:
+    from kernelarena.evaluate.local import LocalExecutor
+
+    if kind == "local":
+        return LocalExecutor(devices, timeouts)  # type: ignore[arg-type]
+    if kind == "ray":
+        from kernelarena.evaluate.ray_executor import RayExecutor
+
+        return RayExecutor(address=address, timeouts=timeouts)  # type: ignore[arg-type]
+    errors.print(f"[red]--executor: '{kind}' is not 'local' or 'ray'[/red]")
+    raise typer.Exit(2)
+
+
+@app.command()
+def export(path: Path, dataset: DatasetOption = None) -> None:
+    """Write the built-in library (and the user dataset) as a FlashInfer-Trace dataset folder."""
+    combined, _ = load_default(dataset)
+    try:
+        combined.save(path)
+    except FileExistsError as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(1) from None
+    console.print(f"wrote {len(combined.definitions)} definitions and {len(combined.solutions)} solutions to {path}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The local executor: one persistent worker process per device, jobs handed to whichever is free.
+
+Containment lives here. A worker that dies (segfault, abort, ``os._exit``) or overruns its job's time
+limit is killed and replaced; its job becomes a RUNTIME_ERROR or TIMEOUT trace with the tail of what the
+worker printed. The run goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from kernelarena.data import Environment, Status, Trace
+from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
+from kernelarena.evaluate.worker import read_tail
+
+
+@dataclass
+class _Worker:
+    device: str
+    process: Any
+    conn: Connection
+    log_path: str
+    environment: dict[str, Any] = field(default_factory=dict)
+    job: Job | None = None
+    deadline: float = 0.0
+    stage: str = "idle"
+
+
+class LocalExecutor:
+    def __init__(
+        self,
+        devices: Sequence[str],
+        timeouts: Timeouts | None = None,
+        log_dir: str | Path | None = None,
+        measure_ceilings: bool = True,
+    ) -> None:
+        if not devices:
+            raise ValueError("devices: at least one device is needed")
+        self.devices = list(devices)
+        self.timeouts = timeouts or Timeouts()
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kernelarena-workers-"))
+        self.measure_ceilings = measure_ceilings
+        self._workers: list[_Worker] = []
+        self._spawned = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> list[dict[str, Any]]:
+        """Start one worker per device; return each device's environment (hardware, ceilings)."""
+        if not self._workers:
+            pending = [self._spawn(device) for device in self.devices]
+            self._workers = [self._await_ready(worker) for worker in pending]
+        return [w.environment for w in self._workers]
+
+    def close(self) -> None:
+        for worker in self._workers:
+            try:
+                worker.conn.send(("stop",))
+            except (OSError, BrokenPipeError):
+                pass
+        for worker in self._workers:
+            worker.process.join(timeout=10)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+        self._workers = []
+
+    def __enter__(self) -> LocalExecutor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _spawn(self, device: str) -> _Worker:
+        self._spawned += 1
+        log_path = str(self.log_dir / f"worker-{device.replace(':', '')}-{self._spawned}.log")
+        # A fresh interpreter, not multiprocessing's spawn: spawn re-imports the caller's __main__,
+        # which breaks scripts without an ``if __name__ == "__main__"`` guard.
+        parent, child = multiprocessing.Pipe()
+        command = [sys.executable, "-m", "kernelarena.evaluate.worker", str(child.fileno()), device, log_path]
+        if not self.measure_ceilings:
+            command.append("--no-ceilings")
+        environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        process = subprocess.Popen(command, pass_fds=(child.fileno(),), env=environment,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        child.close()
+        return _Worker(device, _Process(process), parent, log_path)
+
+    def _await_ready(self, worker: _Worker) -> _Worker:
+        if not _poll_alive(worker, self.timeouts.startup_s):
+            tail = read_tail(worker.log_path)
+            worker.process.kill()
+            raise RuntimeError(f"worker for {worker.device} did not start in {self.timeouts.startup_s} s:\n{tail}")
+        try:
+            kind, environment = worker.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"worker for {worker.device} died while starting:\n{read_tail(worker.log_path)}") from None
+        assert kind == "ready"
+        worker.environment = environment
+        return worker
+
+    def _replace(self, worker: _Worker) -> None:
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(timeout=30)
+        fresh = self._await_ready(self._spawn(worker.device))
+        fresh.environment = fresh.environment or worker.environment
+        self._workers[self._workers.index(worker)] = fresh
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run(self, jobs: Sequence[Job], on_result: Callable[[Job, JobResult], None]) -> None:
+        self.start()
+        queue: deque[Job] = deque(jobs)
+        while queue or any(w.job is not None for w in self._workers):
+            for worker in self._workers:
+                if worker.job is None and queue:
+                    self._submit(worker, queue.popleft())
+            busy = [w for w in self._workers if w.job is not None]
+            waitables: list[Any] = [w.conn for w in busy]
+            next_deadline = min(w.deadline for w in busy)
+            ready = wait(waitables, timeout=max(0.0, min(next_deadline - time.monotonic(), 1.0)))
+            for worker in busy:
+                self._service(worker, ready, on_result)
+
+    def _submit(self, worker: _Worker, job: Job) -> None:
+        worker.job = job
+        worker.stage = "building"
+        worker.deadline = time.monotonic() + self.timeouts.build_s
+        worker.conn.send(("job", job.id, job.payload()))
+
+    def _service(self, worker: _Worker, ready: list[Any], on_result: Callable[[Job, JobResult], None]) -> None:
+        job = worker.job
+        assert job is not None
+        if worker.conn in ready:
+            try:
+                while worker.conn.poll():
+                    message = worker.conn.recv()
+                    if message[0] == "stage":
+                        worker.stage = message[2]
+                        worker.deadline = time.monotonic() + self.timeouts.run_s
+                    elif message[0] == "result":
+                        worker.job = None
+                        outcome = message[2]
+                        if "internal_error" in outcome:
+                            log = "kernelarena internal error while evaluating:\n" + outcome["internal_error"]
+                            environment = Environment.model_validate(worker.environment)
+                            on_result(job, JobResult(trace=job.failure_trace(environment, Status.RUNTIME_ERROR, log), device=worker.device))
+                            return
+                        trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
+                        on_result(job, JobResult(trace=trace, skipped=outcome["skipped"], device=worker.device))
+                        if outcome["fatal"]:
+                            self._replace(worker)
+                        return
+            except (EOFError, OSError):
+                pass  # the worker died mid-message: handled below
+        if not worker.process.is_alive():
+            worker.process.join(timeout=5)
+            log = _death_note(worker.process.exitcode) + "\n" + read_tail(worker.log_path)
+            self._fail(worker, job, Status.RUNTIME_ERROR, log, on_result)
+        elif time.monotonic() > worker.deadline:
+            limit = self.timeouts.build_s if worker.stage == "building" else self.timeouts.run_s
+            log = f"{worker.stage} took longer than {limit:g} s; the worker was killed\n" + read_tail(worker.log_path)
+            status = Status.COMPILE_ERROR if worker.stage == "building" else Status.TIMEOUT
+            self._fail(worker, job, status, log, on_result)
+
+    def _fail(
+        self, worker: _Worker, job: Job, status: Status, log: str, on_result: Callable[[Job, JobResult], None]
+    ) -> None:
+        environment = Environment.model_validate(worker.environment)
+        worker.job = None
+        self._replace(worker)
+        on_result(job, JobResult(trace=job.failure_trace(environment, status, log), device=worker.device))
+
+
+class _Process:
+    """The few calls the executor makes on a worker process, over ``subprocess.Popen``."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.poll()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)  # the worker and anything it started
+            except (ProcessLookupError, PermissionError):
+                self.popen.kill()
+
+
+def _poll_alive(worker: _Worker, timeout: float) -> bool:
+    """Wait for a message from a starting worker; False if it dies or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.conn.poll(0.2):
+            return True
+        if not worker.process.is_alive():
+            return worker.conn.poll(0)
+    return False
+
+
+def _death_note(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "the worker process stopped answering"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = str(-exitcode)
+        return f"the worker process died from signal {name} while running the solution"
+    return f"the worker process exited with code {exitcode} while running the solution"
+
+
+def timeouts_dict(timeouts: Timeouts) -> dict[str, float]:
+    return asdict(timeouts)

@@ -1,0 +1,133 @@
+"""The worker process: the only place solution code runs.
+
+One persistent worker per device. The parent sends jobs over a pipe as JSON-ready dicts; the worker
+answers ``("stage", id, "running")`` once the solution is built (so the parent's run timeout starts
+after compilation) and ``("result", id, outcome)`` when done. Everything the solution prints, and what
+a crash prints from C code, goes to the worker's log file; each trace gets the part written during its
+job. After an error that leaves the CUDA context unusable the worker exits and the parent replaces it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+LOG_TAIL = 6000
+
+
+def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceilings: bool) -> None:
+    _redirect_output(log_path)
+    if not device_name.startswith("cuda"):
+        # The Triton interpreter must be chosen before any kernel module is imported.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+
+    from kernelarena.data import Definition, Solution, Workload
+    from kernelarena.evaluate import ceilings as ceilings_module
+    from kernelarena.evaluate.environment import describe
+    from kernelarena.evaluate.evaluator import Evaluator, Options
+
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    ceilings = ceilings_module.measure_ceilings(device) if measure_ceilings else {}
+    environment = describe(device, ceilings)
+    evaluator = Evaluator(device, environment)
+    conn.send(("ready", environment))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message[0] == "stop":
+            return
+        _, job_id, job = message
+        start = _log_size(log_path)
+        try:
+            outcome = evaluator.evaluate(
+                Definition.model_validate(job["definition"]),
+                Solution.model_validate(job["solution"]),
+                Workload.model_validate(job["workload"]),
+                Options(**job["options"]),
+                Path(job["blob_root"]) if job.get("blob_root") else None,
+                notify=lambda stage, job_id=job_id: conn.send(("stage", job_id, stage)),
+            )
+        except Exception:  # a fault of kernelarena itself: report it, keep serving
+            conn.send(("result", job_id, {"internal_error": traceback.format_exc(), "fatal": False}))
+            continue
+        printed = _read_from(log_path, start)
+        result: dict[str, Any] = {"skipped": outcome.skipped, "fatal": outcome.fatal, "trace": None}
+        if outcome.trace is not None:
+            trace = outcome.trace
+            if printed.strip() and trace.evaluation is not None:
+                trace.evaluation.log = (trace.evaluation.log + "\n--- output ---\n" + printed)[-8000:]
+            result["trace"] = trace.to_json_dict()
+        conn.send(("result", job_id, result))
+        if outcome.fatal:
+            sys.stdout.flush()
+            os._exit(3)
+
+
+def _redirect_output(log_path: str) -> None:
+    """Point file descriptors 1 and 2 at the log, so output from C and CUDA code is kept too."""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+
+
+def _log_size(path: str) -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _read_from(path: str, offset: int) -> str:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except OSError:
+        return ""
+    return data[-LOG_TAIL:].decode("utf-8", errors="replace")
+
+
+def main(argv: list[str]) -> None:
+    fd, device, log_path = int(argv[0]), argv[1], argv[2]
+    worker_main(Connection(fd), device, log_path, measure_ceilings="--no-ceilings" not in argv)
+
+
+def read_tail(path: str, limit: int = LOG_TAIL) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def options_dict(options: Any) -> dict[str, Any]:
+    return asdict(options)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
