@@ -125,7 +125,11 @@ def run(
             except Exception as error:  # a failing provider is a row, not the end of the run
                 timings[provider] = error
         measured = [t for t in timings.values() if isinstance(t, Timing)]
-        if device.type == "cuda" and measured and min(t.median_ms for t in measured) * 1e3 < graph_below_us:
+        if (
+            device.type == "cuda"
+            and measured
+            and min(t.median_ms for t in measured) * 1e3 < graph_below_us
+        ):
             for provider, fn in providers.items():
                 if isinstance(timings[provider], Timing):
                     try:
@@ -155,7 +159,13 @@ def run(
 def _row(case: Case, provider: str, result: Timing | Exception, ceilings: dict[str, float]) -> Row:
     if not isinstance(result, Timing):
         status = "skipped" if isinstance(result, Unsupported) else "error"
-        return Row(case.label, provider, case.params, status, note=f"{type(result).__name__}: {result}"[:300])
+        return Row(
+            case.label,
+            provider,
+            case.params,
+            status,
+            note=f"{type(result).__name__}: {result}"[:300],
+        )
     seconds = result.median_ms * 1e-3
     row = Row(case.label, provider, case.params, "ok", timing=result)
     if case.bytes_moved:
@@ -198,13 +208,26 @@ def print_table(report: dict[str, Any]) -> None:
         title=f"{report['benchmark']} on {report['environment'].get('device')} "
         f"(copy {ceilings['copy_gbps']:.0f} GB/s, matmul {ceilings['matmul_tflops']:.0f} TFLOP/s)"
     )
-    for column in ("case", "provider", "median us", "p20-p80 us", "GB/s", "TFLOP/s", "of ceiling", "mode"):
+    for column in (
+        "case",
+        "provider",
+        "median us",
+        "p20-p80 us",
+        "GB/s",
+        "TFLOP/s",
+        "of ceiling",
+        "mode",
+    ):
         table.add_column(column, justify="right" if column not in ("case", "provider") else "left")
     for row in report["rows"]:
         if row["status"] != "ok":
-            table.add_row(row["case"], row["provider"], row["status"], row["note"][:60], "", "", "", "")
+            table.add_row(
+                row["case"], row["provider"], row["status"], row["note"][:60], "", "", "", ""
+            )
             continue
-        fraction = row["copy_fraction"] if row["copy_fraction"] is not None else row["matmul_fraction"]
+        fraction = (
+            row["copy_fraction"] if row["copy_fraction"] is not None else row["matmul_fraction"]
+        )
         table.add_row(
             row["case"],
             row["provider"],

@@ -13,9 +13,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kernelarena.data import DatasetError, TraceSet
 from kernelarena.datasets import load_default, user_dataset_root
+from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.runner import Executor
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-dispatch_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Dispatch tables built from traces.")
+dispatch_app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Dispatch tables built from traces."
+)
 app.add_typer(dispatch_app, name="dispatch")
 # Wide tables when piped (CI logs, files); the terminal's own width otherwise.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -23,7 +27,10 @@ errors = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 DatasetOption = Annotated[
     Optional[str],
-    typer.Option("--dataset", help="dataset folder (default: $KERNELARENA_DATASET or ~/.local/share/kernelarena/dataset)"),
+    typer.Option(
+        "--dataset",
+        help="dataset folder (default: $KERNELARENA_DATASET or ~/.local/share/kernelarena/dataset)",
+    ),
 ]
 
 
@@ -35,8 +42,10 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 def _warn_problems(trace_set: TraceSet) -> None:
     if trace_set.problems:
-        errors.print(f"[yellow]{len(trace_set.problems)} problem(s) in the dataset were skipped; "
-                     "run 'kernelarena validate' for the list[/yellow]")
+        errors.print(
+            f"[yellow]{len(trace_set.problems)} problem(s) in the dataset were skipped; "
+            "run 'kernelarena validate' for the list[/yellow]"
+        )
 
 
 @app.command("list")
@@ -62,27 +71,36 @@ def show(name: str, dataset: DatasetOption = None) -> None:
         except PlanError as error:
             errors.print(f"[red]{error}[/red]")
             raise typer.Exit(2) from None
-        console.print(f"'{name}' names {len(family)} definitions: {', '.join(sorted(d.name for d in family))}")
+        console.print(
+            f"'{name}' names {len(family)} definitions: {', '.join(sorted(d.name for d in family))}"
+        )
         return
     payload = definition.to_json_dict()
     payload["reference"] = f"<{len(definition.reference.splitlines())} lines>"
     console.print_json(json.dumps(payload))
     console.print("[bold]solutions[/bold]")
     for solution in combined.solutions_for(name):
-        console.print(f"  {solution.name}  [{solution.spec.language.value}] {solution.spec.entry_point}  "
-                      f"targets={solution.spec.target_hardware}  {solution.description or ''}")
+        console.print(
+            f"  {solution.name}  [{solution.spec.language.value}] {solution.spec.entry_point}  "
+            f"targets={solution.spec.target_hardware}  {solution.description or ''}"
+        )
     console.print(f"[bold]workloads[/bold] ({len(combined.workloads.get(name, []))})")
     from kernelarena.report.console import workload_label
 
     for workload in combined.workloads.get(name, []):
-        console.print(f"  {workload.uuid[:8]}  {workload_label(workload)}  tags={workload.tags or []}")
+        console.print(
+            f"  {workload.uuid[:8]}  {workload_label(workload)}  tags={workload.tags or []}"
+        )
     traces = combined.traces.get(name, [])
     console.print(f"[bold]traces[/bold]: {len(traces)} ({sum(t.passed for t in traces)} passed)")
 
 
 @app.command()
 def validate(
-    path: Annotated[Optional[Path], typer.Argument(help="dataset folder (default: the built-in library and the user dataset)")] = None,
+    path: Annotated[
+        Optional[Path],
+        typer.Argument(help="dataset folder (default: the built-in library and the user dataset)"),
+    ] = None,
 ) -> None:
     """Check a dataset folder: every problem with its file and field; exit 1 if there is any."""
     if path is not None:
@@ -93,10 +111,16 @@ def validate(
         label = f"built-in library + {user_dataset_root()}"
     for problem in trace_set.problems:
         console.print(str(problem), markup=False, highlight=False)
-    counts = (len(trace_set.definitions), len(trace_set.solutions),
-              sum(len(w) for w in trace_set.workloads.values()), sum(len(t) for t in trace_set.traces.values()))
-    summary = (f"{label}: {counts[0]} definitions, {counts[1]} solutions, {counts[2]} workloads, "
-               f"{counts[3]} traces; {len(trace_set.problems)} problem(s)")
+    counts = (
+        len(trace_set.definitions),
+        len(trace_set.solutions),
+        sum(len(w) for w in trace_set.workloads.values()),
+        sum(len(t) for t in trace_set.traces.values()),
+    )
+    summary = (
+        f"{label}: {counts[0]} definitions, {counts[1]} solutions, {counts[2]} workloads, "
+        f"{counts[3]} traces; {len(trace_set.problems)} problem(s)"
+    )
     console.print(summary, markup=False, highlight=False)
     if trace_set.problems:
         raise typer.Exit(1)
@@ -104,25 +128,44 @@ def validate(
 
 @app.command()
 def run(
-    names: Annotated[Optional[list[str]], typer.Argument(help="definitions, families or op_types (default: all)")] = None,
-    solutions: Annotated[Optional[list[str]], typer.Option("--solutions", "-s", help="solution names, suffixes or languages")] = None,
-    suite: Annotated[Optional[str], typer.Option(help="smoke | correctness | performance | all (default: smoke on CPU, all on GPU)")] = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda (every GPU), or cuda:0,cuda:1")] = None,
+    names: Annotated[
+        Optional[list[str]], typer.Argument(help="definitions, families or op_types (default: all)")
+    ] = None,
+    solutions: Annotated[
+        Optional[list[str]],
+        typer.Option("--solutions", "-s", help="solution names, suffixes or languages"),
+    ] = None,
+    suite: Annotated[
+        Optional[str],
+        typer.Option(
+            help="smoke | correctness | performance | all (default: smoke on CPU, all on GPU)"
+        ),
+    ] = None,
+    device: Annotated[
+        Optional[str], typer.Option("--device", help="cpu, cuda (every GPU), or cuda:0,cuda:1")
+    ] = None,
     dataset: DatasetOption = None,
-    resume: Annotated[bool, typer.Option(help="skip jobs whose traces are already in the dataset")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print the traces as JSON on stdout")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="skip jobs whose traces are already in the dataset")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the traces as JSON on stdout")
+    ] = False,
     trials: Annotated[int, typer.Option(help="checks with fresh random inputs per workload")] = 3,
     timeout: Annotated[float, typer.Option(help="seconds a job may run after its build")] = 300.0,
     build_timeout: Annotated[float, typer.Option(help="seconds a build may take")] = 900.0,
     no_timing: Annotated[bool, typer.Option("--no-timing", help="check correctness only")] = False,
-    allow_failures: Annotated[bool, typer.Option("--allow-failures", help="exit 0 even when a solution fails")] = False,
+    allow_failures: Annotated[
+        bool, typer.Option("--allow-failures", help="exit 0 even when a solution fails")
+    ] = False,
     executor: Annotated[str, typer.Option(help="local (worker per device) or ray")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="Ray address for --executor ray (auto, ray://host:port)")] = None,
+    address: Annotated[
+        Optional[str], typer.Option(help="Ray address for --executor ray (auto, ray://host:port)")
+    ] = None,
 ) -> None:
     """Evaluate solutions on workloads: build, check, time, and append a trace for each."""
     from kernelarena.evaluate.devices import resolve_devices
     from kernelarena.evaluate.evaluator import Options
-    from kernelarena.evaluate.jobs import Timeouts
     from kernelarena.evaluate.runner import PlanError, failed_statuses, plan, run_jobs
     from kernelarena.report.console import failure_details, run_tables
 
@@ -133,15 +176,28 @@ def run(
         devices = resolve_devices(device)
         on_gpu = any(d.startswith("cuda") for d in devices)
         options = Options(trials=trials, timing=not no_timing)
-        jobs = plan(combined, names, _split(solutions), suite or ("all" if on_gpu else "smoke"), on_gpu, options)
+        jobs = plan(
+            combined,
+            names,
+            _split(solutions),
+            suite or ("all" if on_gpu else "smoke"),
+            on_gpu,
+            options,
+        )
     except (PlanError, ValueError) as error:
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
     timeouts = Timeouts(build_s=build_timeout, run_s=timeout)
     runner_executor = _executor(executor, address, devices, timeouts)
     out.print(f"{len(jobs)} jobs on {', '.join(devices)}; traces go to {user.root}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=out, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out,
+        transient=True,
+    ) as progress:
         task = progress.add_task("evaluating", total=len(jobs))
 
         def advance(job: object, result: object) -> None:
@@ -156,37 +212,49 @@ def run(
         finally:
             runner_executor.close()
     if as_json:
-        sys.stdout.write(json.dumps({
-            "environments": summary.environments,
-            "traces": [t.to_json_dict() for t in summary.traces],
-            "skipped": [{"solution": j.solution.name, "workload": j.workload.uuid, "reason": r} for j, r in summary.skipped],
-            "resumed": summary.resumed,
-        }) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "environments": summary.environments,
+                    "traces": [t.to_json_dict() for t in summary.traces],
+                    "skipped": [
+                        {"solution": j.solution.name, "workload": j.workload.uuid, "reason": r}
+                        for j, r in summary.skipped
+                    ],
+                    "resumed": summary.resumed,
+                }
+            )
+            + "\n"
+        )
     else:
         for environment in summary.environments:
             ceilings = environment.get("ceilings") or {}
-            console.print(f"{environment['device']}: {environment['hardware']}; copy {ceilings.get('copy_gbps', 0):.0f} GB/s, "
-                          f"matmul {ceilings.get('matmul_tflops', 0):.1f} TFLOP/s")
+            console.print(
+                f"{environment['device']}: {environment['hardware']}; copy {ceilings.get('copy_gbps', 0):.0f} GB/s, "
+                f"matmul {ceilings.get('matmul_tflops', 0):.1f} TFLOP/s"
+            )
         run_tables(combined, summary.traces, summary.skipped, console)
         failure_details(summary.traces, console)
     counts = failed_statuses(summary)
     passed = sum(t.passed for t in summary.traces)
-    out.print(f"{passed} passed, {len(summary.failures)} failed "
-              f"({', '.join(f'{k.value} {v}' for k, v in counts.items()) or 'none'}), "
-              f"{len(summary.skipped)} skipped, {summary.resumed} already done")
+    out.print(
+        f"{passed} passed, {len(summary.failures)} failed "
+        f"({', '.join(f'{k.value} {v}' for k, v in counts.items()) or 'none'}), "
+        f"{len(summary.skipped)} skipped, {summary.resumed} already done"
+    )
     if summary.failures and not allow_failures:
         raise typer.Exit(1)
 
 
-def _executor(kind: str, address: str | None, devices: list[str], timeouts: object) -> object:
+def _executor(kind: str, address: str | None, devices: list[str], timeouts: Timeouts) -> Executor:
     from kernelarena.evaluate.local import LocalExecutor
 
     if kind == "local":
-        return LocalExecutor(devices, timeouts)  # type: ignore[arg-type]
+        return LocalExecutor(devices, timeouts)
     if kind == "ray":
         from kernelarena.evaluate.ray_executor import RayExecutor
 
-        return RayExecutor(address=address, timeouts=timeouts)  # type: ignore[arg-type]
+        return RayExecutor(address=address, timeouts=timeouts)  # type: ignore[no-any-return]
     errors.print(f"[red]--executor: '{kind}' is not 'local' or 'ray'[/red]")
     raise typer.Exit(2)
 
@@ -200,7 +268,9 @@ def export(path: Path, dataset: DatasetOption = None) -> None:
     except FileExistsError as error:
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(1) from None
-    console.print(f"wrote {len(combined.definitions)} definitions and {len(combined.solutions)} solutions to {path}")
+    console.print(
+        f"wrote {len(combined.definitions)} definitions and {len(combined.solutions)} solutions to {path}"
+    )
 
 
 def main() -> None:

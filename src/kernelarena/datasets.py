@@ -21,11 +21,14 @@ def user_dataset_root(dataset: str | Path | None = None) -> Path:
     return data_home / "kernelarena" / "dataset"
 
 
-def load_default(dataset: str | Path | None = None, *, with_library: bool = True) -> tuple[TraceSet, TraceSet]:
+def load_default(
+    dataset: str | Path | None = None, *, with_library: bool = True
+) -> tuple[TraceSet, TraceSet]:
     """Return (everything, the writable user dataset). Problems are kept, never raised."""
     root = user_dataset_root(dataset)
-    user = TraceSet.load(root) if root.is_dir() else TraceSet(root=root)
+    user = TraceSet.load(root, check_references=False) if root.is_dir() else TraceSet(root=root)
     combined = load_library() if with_library else TraceSet(root=None)
     combined.merge(user)
+    combined.check_references()
     add_registered(combined)
     return combined, user

@@ -58,7 +58,9 @@ def register(
     """Register ``fn`` as a solution of ``definition``; returns the Solution (also kept for runs)."""
     definition_name = definition if isinstance(definition, str) else definition.name
     if "<locals>" in fn.__qualname__ or fn.__name__ == "<lambda>":
-        raise ValueError(f"register: '{fn.__qualname__}' must be a module-level function so a worker can import it")
+        raise ValueError(
+            f"register: '{fn.__qualname__}' must be a module-level function so a worker can import it"
+        )
     file = inspect.getsourcefile(fn)
     if file is None:
         raise ValueError(f"register: cannot find the source file of '{fn.__qualname__}'")
@@ -90,5 +92,8 @@ def registered_solutions() -> list[Solution]:
 def add_registered(trace_set: TraceSet) -> None:
     """Add the registered solutions whose definition is in ``trace_set`` (in memory only)."""
     for solution in _REGISTERED.values():
-        if solution.definition in trace_set.definitions and solution.name not in trace_set.solutions:
+        if (
+            solution.definition in trace_set.definitions
+            and solution.name not in trace_set.solutions
+        ):
             trace_set.add_solution(solution, persist=False)

@@ -23,20 +23,29 @@ def library_solution(definition: str, suffix: str) -> Solution:
 def build(definition: str, suffix: str, device: str = "cpu") -> Runnable:
     """Build a library solution; for CUDA solutions on a machine without a GPU this compiles for
     sm_90a and loads the module (calling it needs a GPU)."""
-    return build_solution(library_definition(definition), library_solution(definition, suffix), device)
+    return build_solution(
+        library_definition(definition), library_solution(definition, suffix), device
+    )
 
 
 def reference(definition: str) -> Any:
     """The definition's reference module (``run`` and optional ``make_inputs``)."""
     namespace: dict[str, Any] = {}
-    exec(compile(library_definition(definition).reference, f"<reference {definition}>", "exec"), namespace)
+    exec(
+        compile(library_definition(definition).reference, f"<reference {definition}>", "exec"),
+        namespace,
+    )
     return namespace
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, name: str = "out") -> None:
+def assert_close(
+    actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, name: str = "out"
+) -> None:
     """Elementwise |actual - expected| <= atol + rtol |expected| in float64, NaN never passing;
     the message names the first mismatching indices."""
-    assert actual.shape == expected.shape, f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.shape == expected.shape, (
+        f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    )
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
     bad = ~((a - e).abs() <= atol + rtol * e.abs())

@@ -69,7 +69,11 @@ def solution(stem: str, destination_passing_style: bool, name: str | None = None
     )
 
 
-def trace_set(cases: dict[str, tuple[Status, bool, str]], root: Path | None = None, sizes: tuple[int, ...] = (1000,)) -> TraceSet:
+def trace_set(
+    cases: dict[str, tuple[Status, bool, str]],
+    root: Path | None = None,
+    sizes: tuple[int, ...] = (1000,),
+) -> TraceSet:
     """The definition, a good solution first and last, every bad one in between."""
     made = TraceSet(root=root)
     made.add_definition(DEFINITION)
@@ -79,6 +83,10 @@ def trace_set(cases: dict[str, tuple[Status, bool, str]], root: Path | None = No
     for size in sizes:
         made.add_workload(
             DEFINITION.name,
-            Workload(uuid=f"n{size}", axes={"n": size}, inputs={"x": RandomInput(), "factor": ScalarInput(value=1.5)}),
+            Workload(
+                uuid=f"n{size}",
+                axes={"n": size},
+                inputs={"x": RandomInput(), "factor": ScalarInput(value=1.5)},
+            ),
         )
     return made

@@ -26,7 +26,9 @@ def _check(cases: dict[str, tuple[Status, bool, str]], by_solution: dict[str, ob
     for stem, (status, _, phrase) in cases.items():
         trace = by_solution[f"vector_scale_{stem}"]
         evaluation = trace.evaluation  # type: ignore[attr-defined]
-        assert evaluation.status is status, f"{stem}: {evaluation.status} (expected {status}); log:\n{evaluation.log}"
+        assert evaluation.status is status, (
+            f"{stem}: {evaluation.status} (expected {status}); log:\n{evaluation.log}"
+        )
         assert phrase in evaluation.log, f"{stem}: log lacks {phrase!r}:\n{evaluation.log}"
     first = by_solution["vector_scale_good_first"].evaluation  # type: ignore[attr-defined]
     assert first.status is Status.PASSED

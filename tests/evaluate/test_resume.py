@@ -19,8 +19,21 @@ SIZES = tuple(range(100, 1700, 100))  # 16 workloads
 
 
 def _command(dataset: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "kernelarena.cli", "run", DEFINITION.name, "--dataset", str(dataset),
-            "--device", "cpu", "--trials", "1", "--allow-failures", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "kernelarena.cli",
+        "run",
+        DEFINITION.name,
+        "--dataset",
+        str(dataset),
+        "--device",
+        "cpu",
+        "--trials",
+        "1",
+        "--allow-failures",
+        *extra,
+    ]
 
 
 def _trace_lines(dataset: Path) -> list[str]:
@@ -35,8 +48,13 @@ def test_sigkill_then_resume_runs_every_job_once(tmp_path: Path) -> None:
     made.add_solution(solution("slow_good", True))
     jobs = len(made.solutions) * len(SIZES)
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    first = subprocess.Popen(_command(dataset), env=environment, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        _command(dataset),
+        env=environment,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 240
     while len(_trace_lines(dataset)) < 5 and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.05)
@@ -45,9 +63,14 @@ def test_sigkill_then_resume_runs_every_job_once(tmp_path: Path) -> None:
     written = len(_trace_lines(dataset))
     assert 5 <= written < jobs, f"the kill came too late or too early ({written} of {jobs} traces)"
 
-    resumed = subprocess.run(_command(dataset, "--resume"), env=environment, capture_output=True, text=True, timeout=240)
+    resumed = subprocess.run(
+        _command(dataset, "--resume"), env=environment, capture_output=True, text=True, timeout=240
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"{written} already done" in resumed.stdout.replace("\n", " ") or "already done" in resumed.stdout
+    assert (
+        f"{written} already done" in resumed.stdout.replace("\n", " ")
+        or "already done" in resumed.stdout
+    )
 
     loaded = TraceSet.load(dataset)
     assert not [p for p in loaded.problems if "traces" in p.file], loaded.problems

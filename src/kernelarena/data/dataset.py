@@ -78,10 +78,16 @@ class TraceSet:
     # -- loading ------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, root: str | Path, *, strict: bool = False) -> TraceSet:
-        """Load a dataset folder. With ``strict``, raise DatasetError listing every problem."""
+    def load(cls, root: str | Path, *, strict: bool = False, check_references: bool = True) -> TraceSet:
+        """Load a dataset folder. With ``strict``, raise DatasetError listing every problem.
+
+        ``check_references=False`` defers the cross-file checks (a solution's or workload's definition
+        exists, axes resolve) to ``check_references()`` after merging with another set that holds the
+        definitions, e.g. traces and workloads of the user's for built-in operators."""
         trace_set = cls(root=Path(root))
         trace_set._load_folder(Path(root))
+        if check_references:
+            trace_set.check_references()
         if strict and trace_set.problems:
             raise DatasetError(trace_set.problems)
         return trace_set
@@ -99,17 +105,20 @@ class TraceSet:
         for path in sorted((root / "workloads").rglob("*.jsonl")):
             for label, trace in self._read_jsonl(path, root):
                 if not trace.is_workload:
-                    self.problems.append(Problem(label, "", "a workload line must have solution and evaluation null"))
+                    self.problems.append(
+                        Problem(label, "", "a workload line must have solution and evaluation null")
+                    )
                     continue
                 self.blob_roots.setdefault(trace.workload.uuid, root)
                 self._index_workload(trace.definition, trace.workload, label)
         for path in sorted((root / "traces").rglob("*.jsonl")):
             for label, trace in self._read_jsonl(path, root):
                 if trace.is_workload:
-                    self.problems.append(Problem(label, "", "a trace line needs a solution and an evaluation"))
+                    self.problems.append(
+                        Problem(label, "", "a trace line needs a solution and an evaluation")
+                    )
                     continue
                 self.traces.setdefault(trace.definition, []).append(trace)
-        self._check_references()
 
     @staticmethod
     def _label(path: Path, root: Path) -> str:
@@ -145,7 +154,11 @@ class TraceSet:
     def _index_definition(self, definition: Definition, label: str) -> None:
         if definition.name in self.definitions:
             first = self.origin.get(f"definition:{definition.name}", "?")
-            self.problems.append(Problem(label, "name", f"duplicate definition '{definition.name}' (also in {first})"))
+            self.problems.append(
+                Problem(
+                    label, "name", f"duplicate definition '{definition.name}' (also in {first})"
+                )
+            )
             return
         self.definitions[definition.name] = definition
         self.origin[f"definition:{definition.name}"] = label
@@ -153,7 +166,9 @@ class TraceSet:
     def _index_solution(self, solution: Solution, label: str) -> None:
         if solution.name in self.solutions:
             first = self.origin.get(f"solution:{solution.name}", "?")
-            self.problems.append(Problem(label, "name", f"duplicate solution '{solution.name}' (also in {first})"))
+            self.problems.append(
+                Problem(label, "name", f"duplicate solution '{solution.name}' (also in {first})")
+            )
             return
         self.solutions[solution.name] = solution
         self.origin[f"solution:{solution.name}"] = label
@@ -161,26 +176,37 @@ class TraceSet:
     def _index_workload(self, definition: str, workload: Workload, label: str) -> None:
         known = self.workloads.setdefault(definition, [])
         if any(w.uuid == workload.uuid for w in known):
-            self.problems.append(Problem(label, "workload.uuid", f"duplicate workload uuid '{workload.uuid}'"))
+            self.problems.append(
+                Problem(label, "workload.uuid", f"duplicate workload uuid '{workload.uuid}'")
+            )
             return
         known.append(workload)
         self.origin[f"workload:{workload.uuid}"] = label
 
-    def _check_references(self) -> None:
+    def check_references(self) -> None:
         for name, solution in self.solutions.items():
             if solution.definition not in self.definitions:
                 label = self.origin.get(f"solution:{name}", name)
-                self.problems.append(Problem(label, "definition", f"unknown definition '{solution.definition}'"))
+                self.problems.append(
+                    Problem(label, "definition", f"unknown definition '{solution.definition}'")
+                )
         for definition_name, workloads in self.workloads.items():
             definition = self.definitions.get(definition_name)
             for workload in workloads:
                 label = self.origin.get(f"workload:{workload.uuid}", workload.uuid)
                 if definition is None:
-                    self.problems.append(Problem(label, "definition", f"unknown definition '{definition_name}'"))
+                    self.problems.append(
+                        Problem(label, "definition", f"unknown definition '{definition_name}'")
+                    )
                     continue
-                self.problems += [Problem(label, loc, msg) for loc, msg in self.workload_problems(definition, workload)]
+                self.problems += [
+                    Problem(label, loc, msg)
+                    for loc, msg in self.workload_problems(definition, workload)
+                ]
 
-    def workload_problems(self, definition: Definition, workload: Workload) -> list[tuple[str, str]]:
+    def workload_problems(
+        self, definition: Definition, workload: Workload
+    ) -> list[tuple[str, str]]:
         problems: list[tuple[str, str]] = []
         try:
             definition.resolve_axes(workload.axes)
@@ -189,15 +215,24 @@ class TraceSet:
         for name, spec in definition.inputs.items():
             given = workload.inputs.get(name)
             if given is None:
-                problems.append((f"workload.inputs.{name}", "missing (use {\"type\": \"random\"})"))
+                problems.append((f"workload.inputs.{name}", 'missing (use {"type": "random"})'))
             elif isinstance(given, ScalarInput) and spec.shape is not None:
-                problems.append((f"workload.inputs.{name}", f"a scalar value for a tensor of shape {spec.shape}"))
+                problems.append(
+                    (
+                        f"workload.inputs.{name}",
+                        f"a scalar value for a tensor of shape {spec.shape}",
+                    )
+                )
             elif isinstance(given, SafetensorsInput):
                 blob = self.blob_root(workload) / given.path
                 if not blob.is_file():
-                    problems.append((f"workload.inputs.{name}.path", f"file '{given.path}' does not exist"))
+                    problems.append(
+                        (f"workload.inputs.{name}.path", f"file '{given.path}' does not exist")
+                    )
         for name in set(workload.inputs) - set(definition.inputs):
-            problems.append((f"workload.inputs.{name}", f"'{name}' is not an input of '{definition.name}'"))
+            problems.append(
+                (f"workload.inputs.{name}", f"'{name}' is not an input of '{definition.name}'")
+            )
         return problems
 
     # -- queries ------------------------------------------------------------------------------
@@ -215,7 +250,9 @@ class TraceSet:
     def blob_root(self, workload: Workload) -> Path:
         root = self.blob_roots.get(workload.uuid, self.root)
         if root is None:
-            raise ValueError(f"workload {workload.uuid} reads safetensors but its dataset has no folder")
+            raise ValueError(
+                f"workload {workload.uuid} reads safetensors but its dataset has no folder"
+            )
         return root
 
     # -- adding and writing -------------------------------------------------------------------
@@ -223,31 +260,52 @@ class TraceSet:
     def add_definition(self, definition: Definition, *, persist: bool = True) -> None:
         self._index_definition(definition, "(added)")
         if persist and self.root is not None:
-            _write_new(self.root / "definitions" / definition.op_type / f"{definition.name}.json", definition)
+            _write_new(
+                self.root / "definitions" / definition.op_type / f"{definition.name}.json",
+                definition,
+            )
 
     def add_solution(self, solution: Solution, *, persist: bool = True) -> None:
         definition = self.definitions.get(solution.definition)
         if definition is None:
-            raise ValueError(f"solution '{solution.name}': unknown definition '{solution.definition}'")
+            raise ValueError(
+                f"solution '{solution.name}': unknown definition '{solution.definition}'"
+            )
         self._index_solution(solution, "(added)")
         if persist and self.root is not None:
-            path = self.root / "solutions" / definition.op_type / definition.name / f"{solution.name}.json"
+            path = (
+                self.root
+                / "solutions"
+                / definition.op_type
+                / definition.name
+                / f"{solution.name}.json"
+            )
             _write_new(path, solution)
 
-    def add_workload(self, definition_name: str, workload: Workload, *, persist: bool = True) -> None:
+    def add_workload(
+        self, definition_name: str, workload: Workload, *, persist: bool = True
+    ) -> None:
         definition = self.definitions[definition_name]
         before = len(self.workloads.get(definition_name, []))
         self._index_workload(definition_name, workload, "(added)")
         if persist and self.root is not None and len(self.workloads[definition_name]) > before:
             self.blob_roots.setdefault(workload.uuid, self.root)
-            line = Trace(definition=definition_name, workload=workload, solution=None, evaluation=None)
-            append_line(self.root / "workloads" / definition.op_type / f"{definition_name}.jsonl", line)
+            line = Trace(
+                definition=definition_name, workload=workload, solution=None, evaluation=None
+            )
+            append_line(
+                self.root / "workloads" / definition.op_type / f"{definition_name}.jsonl", line
+            )
 
     def append_trace(self, trace: Trace) -> None:
         """Index a trace and, when the set has a folder, append it to disk and flush."""
         self.traces.setdefault(trace.definition, []).append(trace)
         if self.root is not None:
-            op_type = self.definitions[trace.definition].op_type if trace.definition in self.definitions else "unknown"
+            op_type = (
+                self.definitions[trace.definition].op_type
+                if trace.definition in self.definitions
+                else "unknown"
+            )
             append_line(self.root / "traces" / op_type / f"{trace.definition}.jsonl", trace)
 
     def merge(self, other: TraceSet) -> None:
@@ -258,7 +316,11 @@ class TraceSet:
             self._index_solution(solution, other.origin.get(f"solution:{name}", "(merged)"))
         for definition_name, workloads in other.workloads.items():
             for workload in workloads:
-                self._index_workload(definition_name, workload, other.origin.get(f"workload:{workload.uuid}", "(merged)"))
+                self._index_workload(
+                    definition_name,
+                    workload,
+                    other.origin.get(f"workload:{workload.uuid}", "(merged)"),
+                )
                 if workload.uuid in other.blob_roots:
                     self.blob_roots.setdefault(workload.uuid, other.blob_roots[workload.uuid])
                 elif other.root is not None:
@@ -271,18 +333,30 @@ class TraceSet:
         """Write the whole set as a new dataset folder (never over a file that differs)."""
         root = Path(root)
         for definition in self.definitions.values():
-            _write_new(root / "definitions" / definition.op_type / f"{definition.name}.json", definition)
+            _write_new(
+                root / "definitions" / definition.op_type / f"{definition.name}.json", definition
+            )
         for solution in self.solutions.values():
             op_type = self.definitions[solution.definition].op_type
-            _write_new(root / "solutions" / op_type / solution.definition / f"{solution.name}.json", solution)
+            _write_new(
+                root / "solutions" / op_type / solution.definition / f"{solution.name}.json",
+                solution,
+            )
         for definition_name, workloads in self.workloads.items():
             op_type = self.definitions[definition_name].op_type
-            lines = [Trace(definition=definition_name, workload=w, solution=None, evaluation=None) for w in workloads]
+            lines = [
+                Trace(definition=definition_name, workload=w, solution=None, evaluation=None)
+                for w in workloads
+            ]
             _write_lines(root / "workloads" / op_type / f"{definition_name}.jsonl", lines)
             for workload in workloads:
                 self._copy_blobs(workload, root)
         for definition_name, traces in self.traces.items():
-            op_type = self.definitions[definition_name].op_type if definition_name in self.definitions else "unknown"
+            op_type = (
+                self.definitions[definition_name].op_type
+                if definition_name in self.definitions
+                else "unknown"
+            )
             _write_lines(root / "traces" / op_type / f"{definition_name}.jsonl", traces)
 
     def _copy_blobs(self, workload: Workload, root: Path) -> None:

@@ -123,7 +123,9 @@ class Definition(Schema):
             for tensor, spec in specs.items():
                 for i, axis in enumerate(spec.shape or []):
                     if axis not in self.axes:
-                        problems.append(f"{group}.{tensor}.shape[{i}]: axis '{axis}' is not declared in axes")
+                        problems.append(
+                            f"{group}.{tensor}.shape[{i}]: axis '{axis}' is not declared in axes"
+                        )
         for tensor, spec in self.outputs.items():
             if spec.aliases is None:
                 continue
@@ -131,7 +133,9 @@ class Definition(Schema):
             if target is None:
                 problems.append(f"outputs.{tensor}.aliases: '{spec.aliases}' is not an input")
             elif (target.shape, target.dtype) != (spec.shape, spec.dtype):
-                problems.append(f"outputs.{tensor}.aliases: input '{spec.aliases}' differs in shape or dtype")
+                problems.append(
+                    f"outputs.{tensor}.aliases: input '{spec.aliases}' differs in shape or dtype"
+                )
         problems += self._expression_problems()
         for key in self.tolerances or {}:
             if key != "*" and key not in self.outputs:
@@ -140,9 +144,19 @@ class Definition(Schema):
 
     def _expression_problems(self) -> list[str]:
         problems: list[str] = []
-        checks: list[tuple[str, str]] = [(f"constraints[{i}]", c) for i, c in enumerate(self.constraints)]
-        checks += [(f"axes.{n}.expression", a.expression) for n, a in self.axes.items() if isinstance(a, AxisVar) and a.expression]
-        checks += [(field, text) for field, text in (("bytes_moved", self.bytes_moved), ("flops", self.flops)) if text]
+        checks: list[tuple[str, str]] = [
+            (f"constraints[{i}]", c) for i, c in enumerate(self.constraints)
+        ]
+        checks += [
+            (f"axes.{n}.expression", a.expression)
+            for n, a in self.axes.items()
+            if isinstance(a, AxisVar) and a.expression
+        ]
+        checks += [
+            (field, text)
+            for field, text in (("bytes_moved", self.bytes_moved), ("flops", self.flops))
+            if text
+        ]
         for field, text in checks:
             try:
                 unknown = names(text) - set(self.axes)
@@ -153,7 +167,7 @@ class Definition(Schema):
                 problems.append(f"{field}: names undeclared axes {sorted(unknown)}")
         if not problems:
             try:
-                self._derivation_order
+                _ = self._derivation_order
             except AxisError as error:
                 problems.append(f"axes: {error}")
         return problems
@@ -175,7 +189,9 @@ class Definition(Schema):
 
     @cached_property
     def _derivation_order(self) -> list[tuple[str, str]]:
-        pending = {n: a.expression for n, a in self.axes.items() if isinstance(a, AxisVar) and a.expression}
+        pending = {
+            n: a.expression for n, a in self.axes.items() if isinstance(a, AxisVar) and a.expression
+        }
         known = set(self.const_axes) | set(self.free_axes)
         order: list[tuple[str, str]] = []
         while pending:
@@ -205,7 +221,9 @@ class Definition(Schema):
             if derived != int(derived):
                 raise AxisError(f"axis '{name}' = {expression} is not a whole number ({derived})")
             if name in given and given[name] != int(derived):
-                raise AxisError(f"axis '{name}' is {given[name]} but {expression} gives {int(derived)}")
+                raise AxisError(
+                    f"axis '{name}' is {given[name]} but {expression} gives {int(derived)}"
+                )
             values[name] = int(derived)
         for constraint in self.constraints:
             if not evaluate(constraint, values):
@@ -279,4 +297,13 @@ def _content_hash(payload: dict[str, Any], ignore: Sequence[str] = ()) -> str:
 
 
 # Parsing is checked in _expression_problems; re-exported for callers that validate text alone.
-__all__ = ["Axis", "AxisConst", "AxisError", "AxisVar", "Definition", "TensorSpec", "Tolerance", "parse"]
+__all__ = [
+    "Axis",
+    "AxisConst",
+    "AxisError",
+    "AxisVar",
+    "Definition",
+    "TensorSpec",
+    "Tolerance",
+    "parse",
+]

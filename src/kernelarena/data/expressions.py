@@ -93,7 +93,11 @@ def parse(expression: str) -> ast.Expression:
 def names(expression: str) -> set[str]:
     """Names the expression reads, functions excluded."""
     tree = parse(expression)
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    called = {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
 
 
@@ -122,7 +126,8 @@ def _eval(
             return variables[name]
         case ast.BinOp(left=left, op=op, right=right):
             return _BINARY[type(op)](
-                _eval(left, variables, functions, source), _eval(right, variables, functions, source)
+                _eval(left, variables, functions, source),
+                _eval(right, variables, functions, source),
             )
         case ast.UnaryOp(op=op, operand=operand):
             return _UNARY[type(op)](_eval(operand, variables, functions, source))
@@ -132,9 +137,9 @@ def _eval(
             return any(_eval(v, variables, functions, source) for v in values)
         case ast.Compare(left=left, ops=ops, comparators=comparators):
             current = _eval(left, variables, functions, source)
-            for op, right_node in zip(ops, comparators, strict=True):
+            for comparison, right_node in zip(ops, comparators, strict=True):
                 right = _eval(right_node, variables, functions, source)
-                if not _COMPARE[type(op)](current, right):
+                if not _COMPARE[type(comparison)](current, right):
                     return False
                 current = right
             return True

@@ -29,7 +29,11 @@ class Benchmark:
         timeouts: Timeouts | None = None,
     ) -> None:
         self.trace_set = trace_set
-        self.devices = resolve_devices(devices) if devices is None or isinstance(devices, str) else list(devices)
+        self.devices = (
+            resolve_devices(devices)
+            if devices is None or isinstance(devices, str)
+            else list(devices)
+        )
         self.options = options or Options()
         self.timeouts = timeouts or Timeouts()
         self.summary: RunSummary | None = None

@@ -31,18 +31,29 @@ class Comparison:
     def describe(self) -> str:
         if self.ok:
             return f"{self.name}: ok (max abs {self.max_absolute_error:.3g}, max rel {self.max_relative_error:.3g})"
-        shown = ", ".join(f"{m['index']}: got {m['got']:.6g} expected {m['expected']:.6g}" for m in self.first_mismatches)
+        shown = ", ".join(
+            f"{m['index']}: got {m['got']:.6g} expected {m['expected']:.6g}"
+            for m in self.first_mismatches
+        )
         return (
             f"{self.name}: {self.reason}; {self.mismatched} of {self.total} elements mismatch "
             f"(max abs {self.max_absolute_error:.3g}, max rel {self.max_relative_error:.3g}); first: {shown}"
         )
 
 
-def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: DType, tolerance: Tolerance) -> Comparison:
+def compare(
+    name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: DType, tolerance: Tolerance
+) -> Comparison:
     a = to_float64(actual, dtype)
-    e = to_float64(expected, dtype) if expected.dtype == actual.dtype else expected.to(torch.float64)
+    e = (
+        to_float64(expected, dtype)
+        if expected.dtype == actual.dtype
+        else expected.to(torch.float64)
+    )
     if a.shape != e.shape:
-        return Comparison(name, False, reason=f"shape {tuple(a.shape)} but the reference has {tuple(e.shape)}")
+        return Comparison(
+            name, False, reason=f"shape {tuple(a.shape)} but the reference has {tuple(e.shape)}"
+        )
     total = a.numel()
     if total == 0:
         return Comparison(name, True)
@@ -59,7 +70,11 @@ def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: DTyp
     relative = torch.where(meaningful, difference / e.abs().clamp_min(1e-30), torch.zeros_like(a))
     max_rel = float(relative.max())
     if bool(positional.any()):
-        max_abs = float("inf") if bool((torch.isinf(a) & ~inf_e).any() | (nan_a & ~nan_e).any()) else max_abs
+        max_abs = (
+            float("inf")
+            if bool((torch.isinf(a) & ~inf_e).any() | (nan_a & ~nan_e).any())
+            else max_abs
+        )
     count = int(mismatched.sum())
     matched_ratio = 1 - count / total
     ok = not bool(positional.any()) and matched_ratio >= tolerance.required_matched_ratio
@@ -74,7 +89,11 @@ def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: DTyp
             where = mismatched
         for index in where.nonzero()[:5].tolist():
             result.first_mismatches.append(
-                {"index": tuple(index), "got": float(a[tuple(index)]), "expected": float(e[tuple(index)])}
+                {
+                    "index": tuple(index),
+                    "got": float(a[tuple(index)]),
+                    "expected": float(e[tuple(index)]),
+                }
             )
     return result
 
@@ -83,7 +102,11 @@ def inputs_unchanged(name: str, before: torch.Tensor, after: torch.Tensor) -> st
     """None when ``after`` holds the same bits as ``before``; else a sentence saying where."""
     if before.shape != after.shape:
         return f"input '{name}' changed shape from {tuple(before.shape)} to {tuple(after.shape)}"
-    same = before.view(torch.uint8) == after.view(torch.uint8) if before.dtype.itemsize == 1 else _bits_equal(before, after)
+    same = (
+        before.view(torch.uint8) == after.view(torch.uint8)
+        if before.dtype.itemsize == 1
+        else _bits_equal(before, after)
+    )
     if bool(same.all()):
         return None
     changed = (~same).nonzero()[:3].tolist()

@@ -17,7 +17,9 @@ def visible_gpu_count() -> int:
     if smi is None:
         return 0
     try:
-        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+        listed = subprocess.run(
+            [smi, "-L"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
     count = sum(1 for line in listed.splitlines() if line.startswith("GPU "))

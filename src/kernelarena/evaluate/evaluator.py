@@ -101,29 +101,50 @@ class Evaluator:
         notify: Callable[[str], None] = lambda stage: None,
     ) -> Outcome:
         on_gpu = self.device.type == "cuda"
-        if not solution.runs_on("cuda" if on_gpu else "cpu") and solution.spec.language not in (Language.CUDA, Language.CPP):
-            return Outcome(skipped=f"targets {solution.spec.target_hardware}; this device is {self.device.type}")
+        if not solution.runs_on("cuda" if on_gpu else "cpu") and solution.spec.language not in (
+            Language.CUDA,
+            Language.CPP,
+        ):
+            return Outcome(
+                skipped=f"targets {solution.spec.target_hardware}; this device is {self.device.type}"
+            )
         try:
             runnable = self._build(definition, solution)
         except DependencyMissing as error:
             return Outcome(skipped=str(error))
         except BuildError as error:
-            return Outcome(self._trace(definition, solution, workload, Status.COMPILE_ERROR, str(error)))
-        if not on_gpu and solution.spec.language in (Language.CUDA, Language.CPP) and solution.runs_on("cuda"):
-            return Outcome(skipped=f"compiled for {runnable.metadata.get('arch', 'the GPU')}; not run: no GPU here")
+            return Outcome(
+                self._trace(definition, solution, workload, Status.COMPILE_ERROR, str(error))
+            )
+        if (
+            not on_gpu
+            and solution.spec.language in (Language.CUDA, Language.CPP)
+            and solution.runs_on("cuda")
+        ):
+            return Outcome(
+                skipped=f"compiled for {runnable.metadata.get('arch', 'the GPU')}; not run: no GPU here"
+            )
         notify("running")
         try:
             axes = definition.resolve_axes(workload.axes)
             reference = self._reference(definition)
-            correctness = self._check(definition, runnable, reference, workload, axes, options, blob_root)
+            correctness = self._check(
+                definition, runnable, reference, workload, axes, options, blob_root
+            )
             performance = None
             if options.timing:
-                performance = self._time(definition, runnable, reference, workload, axes, options, blob_root)
+                performance = self._time(
+                    definition, runnable, reference, workload, axes, options, blob_root
+                )
             return Outcome(
-                self._trace(definition, solution, workload, Status.PASSED, "", correctness, performance)
+                self._trace(
+                    definition, solution, workload, Status.PASSED, "", correctness, performance
+                )
             )
         except CheckFailed as failure:
-            trace = self._trace(definition, solution, workload, failure.status, failure.log, failure.correctness)
+            trace = self._trace(
+                definition, solution, workload, failure.status, failure.log, failure.correctness
+            )
             return Outcome(trace)
         except Exception as error:
             status, log = _classify(error)
@@ -158,16 +179,23 @@ class Evaluator:
         blob_root: Path | None,
         destination_passing_style: bool,
     ) -> _Prepared:
-        inputs = generate_inputs(definition, workload, axes, self.device, seed, reference.get("make_inputs"), blob_root)
+        inputs = generate_inputs(
+            definition, workload, axes, self.device, seed, reference.get("make_inputs"), blob_root
+        )
         outputs = allocate_outputs(definition, axes, self.device)
         arguments = [inputs[name] for name in definition.inputs]
         if destination_passing_style:
             arguments += [outputs[name] for name in outputs]
         return _Prepared(inputs, outputs, axes, arguments)
 
-    def _expected(self, definition: Definition, reference: dict[str, Any], prepared: _Prepared) -> dict[str, torch.Tensor]:
+    def _expected(
+        self, definition: Definition, reference: dict[str, Any], prepared: _Prepared
+    ) -> dict[str, torch.Tensor]:
         inputs = prepared.inputs
-        copies = [v.clone() if isinstance(v, torch.Tensor) else v for v in (inputs[n] for n in definition.inputs)]
+        copies = [
+            v.clone() if isinstance(v, torch.Tensor) else v
+            for v in (inputs[n] for n in definition.inputs)
+        ]
         with torch.no_grad():
             result = reference["run"](*copies)
         try:
@@ -175,7 +203,9 @@ class Evaluator:
         except CheckFailed as failure:
             raise RuntimeError(f"the definition's reference is broken: {failure.log}") from None
 
-    def _call(self, definition: Definition, runnable: Runnable, prepared: _Prepared) -> dict[str, torch.Tensor]:
+    def _call(
+        self, definition: Definition, runnable: Runnable, prepared: _Prepared
+    ) -> dict[str, torch.Tensor]:
         for name, tensor in prepared.outputs.items():
             poison(tensor, definition.outputs[name].dtype)
         result = runnable(*prepared.arguments)
@@ -208,35 +238,53 @@ class Evaluator:
         aliased = {spec.aliases for spec in definition.outputs.values() if spec.aliases}
         for trial in range(options.trials):
             prepared = self._prepare(
-                definition, workload, axes, reference, seed_for(workload, f"trial{trial}"), blob_root,
+                definition,
+                workload,
+                axes,
+                reference,
+                seed_for(workload, f"trial{trial}"),
+                blob_root,
                 runnable.destination_passing_style,
             )
             expected = self._expected(definition, reference, prepared)
             before = {
-                n: v.clone() for n, v in prepared.inputs.items() if isinstance(v, torch.Tensor) and n not in aliased
+                n: v.clone()
+                for n, v in prepared.inputs.items()
+                if isinstance(v, torch.Tensor) and n not in aliased
             }
             produced = self._call(definition, runnable, prepared)
             comparisons = self._compare_all(definition, produced, expected)
             worst = _merge(worst, comparisons)
             failed = [c for c in comparisons if not c.ok]
             if failed:
-                log = f"trial {trial + 1} of {options.trials}: " + "; ".join(c.describe() for c in failed)
-                raise CheckFailed(Status.INCORRECT_NUMERICAL, log, _with_details(worst, comparisons))
+                log = f"trial {trial + 1} of {options.trials}: " + "; ".join(
+                    c.describe() for c in failed
+                )
+                raise CheckFailed(
+                    Status.INCORRECT_NUMERICAL, log, _with_details(worst, comparisons)
+                )
             for name, snapshot in before.items():
                 current = prepared.inputs[name]
                 assert isinstance(current, torch.Tensor)
                 changed = inputs_unchanged(name, snapshot, current)
                 if changed:
-                    raise CheckFailed(Status.INCORRECT_NUMERICAL, f"trial {trial + 1}: {changed}", worst)
+                    raise CheckFailed(
+                        Status.INCORRECT_NUMERICAL, f"trial {trial + 1}: {changed}", worst
+                    )
         return worst
 
     def _compare_all(
-        self, definition: Definition, produced: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
+        self,
+        definition: Definition,
+        produced: dict[str, torch.Tensor],
+        expected: dict[str, torch.Tensor],
     ) -> list[Comparison]:
         comparisons = []
         for name, spec in definition.outputs.items():
             comparisons.append(
-                compare(name, produced[name], expected[name], spec.dtype, definition.tolerance_for(name))
+                compare(
+                    name, produced[name], expected[name], spec.dtype, definition.tolerance_for(name)
+                )
             )
         return comparisons
 
@@ -254,23 +302,48 @@ class Evaluator:
     ) -> Performance:
         dps = runnable.destination_passing_style
         sets = [
-            self._prepare(definition, workload, axes, reference, seed_for(workload, f"timing{s}"), blob_root, dps)
+            self._prepare(
+                definition,
+                workload,
+                axes,
+                reference,
+                seed_for(workload, f"timing{s}"),
+                blob_root,
+                dps,
+            )
             for s in range(2)
         ]
         solution_timing = self._measure(lambda i: runnable(*sets[i % 2].arguments), options)
         self._check_after_timing(definition, runnable, reference, workload, axes, sets, blob_root)
-        reference_timing = self._reference_timing(definition, reference, workload, axes, options, blob_root, solution_timing.mode)
+        reference_timing = self._reference_timing(
+            definition, reference, workload, axes, options, blob_root, solution_timing.mode
+        )
         if solution_timing.mode != reference_timing.mode:  # graph capture failed for one of them
-            solution_timing = self._measure(lambda i: runnable(*sets[i % 2].arguments), options, allow_graph=False)
+            solution_timing = self._measure(
+                lambda i: runnable(*sets[i % 2].arguments), options, allow_graph=False
+            )
         return self._performance(definition, axes, solution_timing, reference_timing, options)
 
-    def _measure(self, fn: Callable[[int], Any], options: Options, allow_graph: bool = True) -> Timing:
+    def _measure(
+        self, fn: Callable[[int], Any], options: Options, allow_graph: bool = True
+    ) -> Timing:
         with torch.no_grad():
             if self.device.type != "cuda":
-                return time_cpu(fn, warmup=options.warmup, max_iterations=options.max_iterations,
-                                min_iterations=min(3, options.min_iterations), budget_ms=options.budget_ms)
-            timing = time_cuda(fn, self.device, warmup=options.warmup, max_iterations=options.max_iterations,
-                               min_iterations=options.min_iterations, budget_ms=options.budget_ms)
+                return time_cpu(
+                    fn,
+                    warmup=options.warmup,
+                    max_iterations=options.max_iterations,
+                    min_iterations=min(3, options.min_iterations),
+                    budget_ms=options.budget_ms,
+                )
+            timing = time_cuda(
+                fn,
+                self.device,
+                warmup=options.warmup,
+                max_iterations=options.max_iterations,
+                min_iterations=options.min_iterations,
+                budget_ms=options.budget_ms,
+            )
             if allow_graph and timing.median_ms * 1e3 < options.graph_below_us:
                 try:
                     return time_cuda_graph(fn, self.device)
@@ -291,11 +364,21 @@ class Evaluator:
         key = (definition.content_hash(), workload.content_hash(), mode)
         if key not in self._reference_timings:
             sets = [
-                self._prepare(definition, workload, axes, reference, seed_for(workload, f"timing{s}"), blob_root, False)
+                self._prepare(
+                    definition,
+                    workload,
+                    axes,
+                    reference,
+                    seed_for(workload, f"timing{s}"),
+                    blob_root,
+                    False,
+                )
                 for s in range(2)
             ]
             run = reference["run"]
-            timing = self._measure(lambda i: run(*sets[i % 2].arguments), options, allow_graph=mode == "cuda_graph")
+            timing = self._measure(
+                lambda i: run(*sets[i % 2].arguments), options, allow_graph=mode == "cuda_graph"
+            )
             self._reference_timings[key] = timing
         return self._reference_timings[key]
 
@@ -312,8 +395,13 @@ class Evaluator:
         """Refill each timed input set in place (same addresses, new values) and check again."""
         for index, prepared in enumerate(sets):
             fresh = generate_inputs(
-                definition, workload, axes, self.device, seed_for(workload, f"refresh{index}"),
-                reference.get("make_inputs"), blob_root,
+                definition,
+                workload,
+                axes,
+                self.device,
+                seed_for(workload, f"refresh{index}"),
+                reference.get("make_inputs"),
+                blob_root,
             )
             for name, value in fresh.items():
                 target = prepared.inputs[name]
@@ -328,10 +416,19 @@ class Evaluator:
                     "no longer match the reference: the solution reuses results across calls (cached by "
                     "input address or content). " + "; ".join(c.describe() for c in failed)
                 )
-                raise CheckFailed(Status.INCORRECT_NUMERICAL, log, _with_details(Correctness(), self._compare_all(definition, produced, expected)))
+                raise CheckFailed(
+                    Status.INCORRECT_NUMERICAL,
+                    log,
+                    _with_details(Correctness(), self._compare_all(definition, produced, expected)),
+                )
 
     def _performance(
-        self, definition: Definition, axes: dict[str, int], timing: Timing, reference: Timing, options: Options
+        self,
+        definition: Definition,
+        axes: dict[str, int],
+        timing: Timing,
+        reference: Timing,
+        options: Options,
     ) -> Performance:
         seconds = timing.median_ms * 1e-3
         bytes_moved = definition.cost("bytes_moved", axes)
@@ -372,7 +469,9 @@ class Evaluator:
         correctness: Correctness | None = None,
         performance: Performance | None = None,
     ) -> Trace:
-        return make_trace(definition, solution, workload, self.environment, status, log, correctness, performance)
+        return make_trace(
+            definition, solution, workload, self.environment, status, log, correctness, performance
+        )
 
 
 def make_trace(
@@ -408,30 +507,48 @@ def make_trace(
     )
 
 
-def _as_outputs(definition: Definition, result: Any, who: str, axes: dict[str, int]) -> dict[str, torch.Tensor]:
+def _as_outputs(
+    definition: Definition, result: Any, who: str, axes: dict[str, int]
+) -> dict[str, torch.Tensor]:
     """The outputs of a value-returning call, checked for count, type, dtype and shape."""
     names = list(definition.outputs)
     values = list(result) if isinstance(result, tuple | list) else [result]
     if len(values) != len(names):
-        raise CheckFailed(Status.INCORRECT_SHAPE, f"{who} returned {len(values)} outputs; the definition has {len(names)} ({', '.join(names)})")
+        raise CheckFailed(
+            Status.INCORRECT_SHAPE,
+            f"{who} returned {len(values)} outputs; the definition has {len(names)} ({', '.join(names)})",
+        )
     produced = {}
     for name, value in zip(names, values, strict=True):
         spec = definition.outputs[name]
         if not isinstance(value, torch.Tensor):
-            raise CheckFailed(Status.INCORRECT_SHAPE, f"{who} returned {type(value).__name__} for output '{name}', not a tensor")
+            raise CheckFailed(
+                Status.INCORRECT_SHAPE,
+                f"{who} returned {type(value).__name__} for output '{name}', not a tensor",
+            )
         produced[name] = value
         if value.dtype != spec.dtype.to_torch():
-            raise CheckFailed(Status.INCORRECT_DTYPE, f"{who}: output '{name}' has dtype {value.dtype}, expected {spec.dtype.value}")
+            raise CheckFailed(
+                Status.INCORRECT_DTYPE,
+                f"{who}: output '{name}' has dtype {value.dtype}, expected {spec.dtype.value}",
+            )
         shape = definition.shape_of(spec, axes) or ()
         if tuple(value.shape) != tuple(shape):
-            raise CheckFailed(Status.INCORRECT_SHAPE, f"{who}: output '{name}' has shape {tuple(value.shape)}, expected {tuple(shape)}")
+            raise CheckFailed(
+                Status.INCORRECT_SHAPE,
+                f"{who}: output '{name}' has shape {tuple(value.shape)}, expected {tuple(shape)}",
+            )
     return produced
 
 
 def _merge(worst: Correctness, comparisons: list[Comparison]) -> Correctness:
     return Correctness(
-        max_absolute_error=max([worst.max_absolute_error, *(c.max_absolute_error for c in comparisons)]),
-        max_relative_error=max([worst.max_relative_error, *(c.max_relative_error for c in comparisons)]),
+        max_absolute_error=max(
+            [worst.max_absolute_error, *(c.max_absolute_error for c in comparisons)]
+        ),
+        max_relative_error=max(
+            [worst.max_relative_error, *(c.max_relative_error for c in comparisons)]
+        ),
         extra=worst.extra,
     )
 
@@ -439,10 +556,18 @@ def _merge(worst: Correctness, comparisons: list[Comparison]) -> Correctness:
 def _with_details(worst: Correctness, comparisons: list[Comparison]) -> Correctness:
     merged = _merge(worst, comparisons)
     merged.extra = {
-        c.name: {"mismatched": c.mismatched, "total": c.total, "first_mismatches": [
-            {"index": list(m["index"]), "got": _finite_or_text(m["got"]), "expected": _finite_or_text(m["expected"])}
-            for m in c.first_mismatches
-        ]}
+        c.name: {
+            "mismatched": c.mismatched,
+            "total": c.total,
+            "first_mismatches": [
+                {
+                    "index": list(m["index"]),
+                    "got": _finite_or_text(m["got"]),
+                    "expected": _finite_or_text(m["expected"]),
+                }
+                for m in c.first_mismatches
+            ],
+        }
         for c in comparisons
         if not c.ok
     }

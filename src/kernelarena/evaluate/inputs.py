@@ -35,10 +35,14 @@ def _finite_codes(dtype: DType) -> torch.Tensor:
     return torch.nonzero(torch.isfinite(values)).flatten().to(torch.uint8)
 
 
-def random_tensor(spec: TensorSpec, shape: tuple[int, ...], generator: torch.Generator, device: torch.device) -> torch.Tensor:
+def random_tensor(
+    spec: TensorSpec, shape: tuple[int, ...], generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
     dtype = spec.dtype
     if dtype.is_float and not dtype.is_low_precision_float:
-        return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype.to_torch())
+        return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(
+            dtype.to_torch()
+        )
     if dtype is DType.FLOAT4_E2M1:
         raw = torch.randint(0, 256, shape, generator=generator, device=device, dtype=torch.uint8)
         return raw.view(dtype.to_torch())
@@ -47,10 +51,14 @@ def random_tensor(spec: TensorSpec, shape: tuple[int, ...], generator: torch.Gen
         index = torch.randint(0, codes.numel(), shape, generator=generator, device=device)
         return codes[index].view(dtype.to_torch())
     if dtype is DType.BOOL:
-        return torch.randint(0, 2, shape, generator=generator, device=device, dtype=torch.uint8).bool()
+        return torch.randint(
+            0, 2, shape, generator=generator, device=device, dtype=torch.uint8
+        ).bool()
     if dtype is DType.UINT8:
         return torch.randint(0, 256, shape, generator=generator, device=device, dtype=torch.uint8)
-    return torch.randint(-100, 100, shape, generator=generator, device=device, dtype=dtype.to_torch())
+    return torch.randint(
+        -100, 100, shape, generator=generator, device=device, dtype=dtype.to_torch()
+    )
 
 
 def random_scalar(spec: TensorSpec, generator: torch.Generator) -> float | int | bool:
@@ -96,7 +104,9 @@ def generate_inputs(
             assert shape is not None
             inputs[name] = random_tensor(spec, shape, generator, device)
     if make_inputs is not None:
-        inputs = dict(make_inputs(dict(axes), inputs, dict(workload.params or {}), generator, device))
+        inputs = dict(
+            make_inputs(dict(axes), inputs, dict(workload.params or {}), generator, device)
+        )
     return inputs
 
 
@@ -104,10 +114,14 @@ def _load_blob(blob_root: Path | None, given: SafetensorsInput, name: str) -> to
     from safetensors.torch import load_file
 
     if blob_root is None:
-        raise FileNotFoundError(f"input '{name}': safetensors '{given.path}' but the dataset has no folder")
+        raise FileNotFoundError(
+            f"input '{name}': safetensors '{given.path}' but the dataset has no folder"
+        )
     tensors = load_file(str(blob_root / given.path))
     if given.tensor_key not in tensors:
-        raise KeyError(f"input '{name}': key '{given.tensor_key}' not in {given.path} (has {sorted(tensors)})")
+        raise KeyError(
+            f"input '{name}': key '{given.tensor_key}' not in {given.path} (has {sorted(tensors)})"
+        )
     return tensors[given.tensor_key]
 
 
@@ -124,7 +138,9 @@ def poison_value(dtype: DType) -> float | int | bool:
     return {1: -0x5A, 2: -0x5A5A}.get(dtype.itemsize, -0x5A5A5A5A)
 
 
-def allocate_outputs(definition: Definition, axes: dict[str, int], device: torch.device) -> dict[str, torch.Tensor]:
+def allocate_outputs(
+    definition: Definition, axes: dict[str, int], device: torch.device
+) -> dict[str, torch.Tensor]:
     outputs = {}
     for name, spec in definition.outputs.items():
         if spec.aliases is not None:
@@ -149,7 +165,24 @@ def to_float64(tensor: torch.Tensor, dtype: DType) -> torch.Tensor:
     """A float64 view of values for comparison (FP4 unpacked two values a byte, low nibble first)."""
     if dtype is DType.FLOAT4_E2M1:
         table = torch.tensor(
-            [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+            [
+                0.0,
+                0.5,
+                1.0,
+                1.5,
+                2.0,
+                3.0,
+                4.0,
+                6.0,
+                -0.0,
+                -0.5,
+                -1.0,
+                -1.5,
+                -2.0,
+                -3.0,
+                -4.0,
+                -6.0,
+            ],
             dtype=torch.float64,
             device=tensor.device,
         )

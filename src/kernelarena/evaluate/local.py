@@ -7,6 +7,7 @@ worker printed. The run goes on.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -66,10 +67,8 @@ class LocalExecutor:
 
     def close(self) -> None:
         for worker in self._workers:
-            try:
+            with contextlib.suppress(OSError, BrokenPipeError):
                 worker.conn.send(("stop",))
-            except (OSError, BrokenPipeError):
-                pass
         for worker in self._workers:
             worker.process.join(timeout=10)
             if worker.process.is_alive():
@@ -90,12 +89,24 @@ class LocalExecutor:
         # A fresh interpreter, not multiprocessing's spawn: spawn re-imports the caller's __main__,
         # which breaks scripts without an ``if __name__ == "__main__"`` guard.
         parent, child = multiprocessing.Pipe()
-        command = [sys.executable, "-m", "kernelarena.evaluate.worker", str(child.fileno()), device, log_path]
+        command = [
+            sys.executable,
+            "-m",
+            "kernelarena.evaluate.worker",
+            str(child.fileno()),
+            device,
+            log_path,
+        ]
         if not self.measure_ceilings:
             command.append("--no-ceilings")
         environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        process = subprocess.Popen(command, pass_fds=(child.fileno(),), env=environment,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            pass_fds=(child.fileno(),),
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         child.close()
         return _Worker(device, _Process(process), parent, log_path)
 
@@ -103,11 +114,15 @@ class LocalExecutor:
         if not _poll_alive(worker, self.timeouts.startup_s):
             tail = read_tail(worker.log_path)
             worker.process.kill()
-            raise RuntimeError(f"worker for {worker.device} did not start in {self.timeouts.startup_s} s:\n{tail}")
+            raise RuntimeError(
+                f"worker for {worker.device} did not start in {self.timeouts.startup_s} s:\n{tail}"
+            )
         try:
             kind, environment = worker.conn.recv()
         except EOFError:
-            raise RuntimeError(f"worker for {worker.device} died while starting:\n{read_tail(worker.log_path)}") from None
+            raise RuntimeError(
+                f"worker for {worker.device} died while starting:\n{read_tail(worker.log_path)}"
+            ) from None
         assert kind == "ready"
         worker.environment = environment
         return worker
@@ -142,7 +157,9 @@ class LocalExecutor:
         worker.deadline = time.monotonic() + self.timeouts.build_s
         worker.conn.send(("job", job.id, job.payload()))
 
-    def _service(self, worker: _Worker, ready: list[Any], on_result: Callable[[Job, JobResult], None]) -> None:
+    def _service(
+        self, worker: _Worker, ready: list[Any], on_result: Callable[[Job, JobResult], None]
+    ) -> None:
         job = worker.job
         assert job is not None
         if worker.conn in ready:
@@ -156,12 +173,26 @@ class LocalExecutor:
                         worker.job = None
                         outcome = message[2]
                         if "internal_error" in outcome:
-                            log = "kernelarena internal error while evaluating:\n" + outcome["internal_error"]
+                            log = (
+                                "kernelarena internal error while evaluating:\n"
+                                + outcome["internal_error"]
+                            )
                             environment = Environment.model_validate(worker.environment)
-                            on_result(job, JobResult(trace=job.failure_trace(environment, Status.RUNTIME_ERROR, log), device=worker.device))
+                            on_result(
+                                job,
+                                JobResult(
+                                    trace=job.failure_trace(environment, Status.RUNTIME_ERROR, log),
+                                    device=worker.device,
+                                ),
+                            )
                             return
                         trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
-                        on_result(job, JobResult(trace=trace, skipped=outcome["skipped"], device=worker.device))
+                        on_result(
+                            job,
+                            JobResult(
+                                trace=trace, skipped=outcome["skipped"], device=worker.device
+                            ),
+                        )
                         if outcome["fatal"]:
                             self._replace(worker)
                         return
@@ -173,17 +204,27 @@ class LocalExecutor:
             self._fail(worker, job, Status.RUNTIME_ERROR, log, on_result)
         elif time.monotonic() > worker.deadline:
             limit = self.timeouts.build_s if worker.stage == "building" else self.timeouts.run_s
-            log = f"{worker.stage} took longer than {limit:g} s; the worker was killed\n" + read_tail(worker.log_path)
+            log = (
+                f"{worker.stage} took longer than {limit:g} s; the worker was killed\n"
+                + read_tail(worker.log_path)
+            )
             status = Status.COMPILE_ERROR if worker.stage == "building" else Status.TIMEOUT
             self._fail(worker, job, status, log, on_result)
 
     def _fail(
-        self, worker: _Worker, job: Job, status: Status, log: str, on_result: Callable[[Job, JobResult], None]
+        self,
+        worker: _Worker,
+        job: Job,
+        status: Status,
+        log: str,
+        on_result: Callable[[Job, JobResult], None],
     ) -> None:
         environment = Environment.model_validate(worker.environment)
         worker.job = None
         self._replace(worker)
-        on_result(job, JobResult(trace=job.failure_trace(environment, status, log), device=worker.device))
+        on_result(
+            job, JobResult(trace=job.failure_trace(environment, status, log), device=worker.device)
+        )
 
 
 class _Process:
@@ -200,10 +241,8 @@ class _Process:
         return self.popen.poll()
 
     def join(self, timeout: float | None = None) -> None:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
 
     def kill(self) -> None:
         if self.popen.poll() is None:

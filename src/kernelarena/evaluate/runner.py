@@ -54,14 +54,18 @@ def select_definitions(trace_set: TraceSet, names: Sequence[str] | None) -> list
         ]
         if not matches:
             known = sorted({d.name for d in trace_set.definitions.values()})
-            raise PlanError(f"'{name}' matches no definition, family or op_type; known definitions: {', '.join(known)}")
+            raise PlanError(
+                f"'{name}' matches no definition, family or op_type; known definitions: {', '.join(known)}"
+            )
         chosen.update((d.name, d) for d in matches)
     return list(chosen.values())
 
 
 def select_workloads(workloads: Iterable[Workload], suite: str, on_gpu: bool) -> list[Workload]:
-    if suite not in SUITES:
-        raise PlanError(f"--suite: '{suite}' is not one of {', '.join(SUITES)}")
+    """A suite is a workload tag (smoke, correctness, performance, or any of a dataset's own) or 'all';
+    untagged workloads belong to every suite. Without a GPU, 'large' and 'performance' ones are left out."""
+    if not suite:
+        raise PlanError(f"--suite: give one of {', '.join(SUITES)} or a workload tag")
     chosen = []
     for workload in workloads:
         tags = set(workload.tags or [])
@@ -100,13 +104,26 @@ def plan(
         for workload in select_workloads(trace_set.workloads_for(definition.name), suite, on_gpu):
             root = trace_set.blob_roots.get(workload.uuid, trace_set.root)
             for solution in candidates:
-                jobs.append(Job(len(jobs), definition, solution, workload, options, Path(root) if root else None))
+                jobs.append(
+                    Job(
+                        len(jobs),
+                        definition,
+                        solution,
+                        workload,
+                        options,
+                        Path(root) if root else None,
+                    )
+                )
     if solutions and not jobs:
-        raise PlanError(f"--solutions {list(solutions)} match no solution of the chosen definitions")
+        raise PlanError(
+            f"--solutions {list(solutions)} match no solution of the chosen definitions"
+        )
     return jobs
 
 
-def completed(traces: Iterable[Trace], jobs: Sequence[Job], hardware: set[str]) -> set[tuple[str, str, str]]:
+def completed(
+    traces: Iterable[Trace], jobs: Sequence[Job], hardware: set[str]
+) -> set[tuple[str, str, str]]:
     """Keys of jobs whose trace exists with today's hashes, on this hardware."""
     wanted = {job.key: job for job in jobs}
     done = set()
@@ -148,6 +165,9 @@ def run_jobs(
     def record(job: Job, result: JobResult) -> None:
         if result.trace is not None:
             if output is not None:
+                # Index the definition so the trace lands in traces/<op_type>/ of the output folder,
+                # also for definitions that live elsewhere (the built-in library).
+                output.definitions.setdefault(job.definition.name, job.definition)
                 output.append_trace(result.trace)
             summary.traces.append(result.trace)
         elif result.skipped is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -57,22 +58,33 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
                 Workload.model_validate(job["workload"]),
                 Options(**job["options"]),
                 Path(job["blob_root"]) if job.get("blob_root") else None,
-                notify=lambda stage, job_id=job_id: conn.send(("stage", job_id, stage)),
+                notify=_notifier(conn, job_id),
             )
         except Exception:  # a fault of kernelarena itself: report it, keep serving
-            conn.send(("result", job_id, {"internal_error": traceback.format_exc(), "fatal": False}))
+            conn.send(
+                ("result", job_id, {"internal_error": traceback.format_exc(), "fatal": False})
+            )
             continue
         printed = _read_from(log_path, start)
         result: dict[str, Any] = {"skipped": outcome.skipped, "fatal": outcome.fatal, "trace": None}
         if outcome.trace is not None:
             trace = outcome.trace
             if printed.strip() and trace.evaluation is not None:
-                trace.evaluation.log = (trace.evaluation.log + "\n--- output ---\n" + printed)[-8000:]
+                trace.evaluation.log = (trace.evaluation.log + "\n--- output ---\n" + printed)[
+                    -8000:
+                ]
             result["trace"] = trace.to_json_dict()
         conn.send(("result", job_id, result))
         if outcome.fatal:
             sys.stdout.flush()
             os._exit(3)
+
+
+def _notifier(conn: Connection, job_id: int) -> Callable[[str], None]:
+    def notify(stage: str) -> None:
+        conn.send(("stage", job_id, stage))
+
+    return notify
 
 
 def _redirect_output(log_path: str) -> None:

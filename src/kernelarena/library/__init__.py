@@ -25,7 +25,11 @@ def operator_specs(problems: list[Problem] | None = None) -> list[OperatorSpec]:
         except Exception as error:
             if problems is None:
                 raise
-            problems.append(Problem(f"library/{module.name}/__init__.py", "", f"{type(error).__name__}: {error}"))
+            problems.append(
+                Problem(
+                    f"library/{module.name}/__init__.py", "", f"{type(error).__name__}: {error}"
+                )
+            )
             continue
         spec = getattr(loaded, "OPERATOR", None)
         if isinstance(spec, OperatorSpec):
@@ -40,7 +44,9 @@ def _library() -> TraceSet:
         try:
             _add_operator(trace_set, spec)
         except Exception as error:  # one broken operator never hides the rest of the library
-            trace_set.problems.append(Problem(f"library/{spec.folder.name}", "", f"{type(error).__name__}: {error}"))
+            trace_set.problems.append(
+                Problem(f"library/{spec.folder.name}", "", f"{type(error).__name__}: {error}")
+            )
     if SHIPPED_TRACES.is_dir():
         for path in sorted(SHIPPED_TRACES.rglob("*.jsonl")):
             for _, trace in trace_set._read_jsonl(path, SHIPPED_TRACES):
@@ -51,7 +57,9 @@ def _library() -> TraceSet:
 def _add_operator(trace_set: TraceSet, spec: OperatorSpec) -> None:
     definitions = {d.name: d for d in spec.definitions()}
     solutions = [s for v in spec.variants for s in spec.solutions_for(v)]
-    workloads = [(v, spec.workloads_for(v, definitions[spec.definition_name(v)])) for v in spec.variants]
+    workloads = [
+        (v, spec.workloads_for(v, definitions[spec.definition_name(v)])) for v in spec.variants
+    ]
     for definition in definitions.values():
         trace_set.add_definition(definition, persist=False)
     for solution in solutions:

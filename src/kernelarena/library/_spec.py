@@ -45,7 +45,9 @@ def derived(expression: str, description: str | None = None) -> AxisVar:
     return AxisVar(type="var", expression=expression, description=description)
 
 
-def tensor(shape: list[str], dtype: str, description: str | None = None, aliases: str | None = None) -> dict[str, Any]:
+def tensor(
+    shape: list[str], dtype: str, description: str | None = None, aliases: str | None = None
+) -> dict[str, Any]:
     """A tensor; ``dtype`` may be a template such as ``"{dtype}"`` filled per variant."""
     spec: dict[str, Any] = {"shape": shape, "dtype": dtype}
     if description:
@@ -125,7 +127,9 @@ class OperatorSpec:
     def _definition(self, variant: Variant, reference: str) -> Definition:
         def fill(specs: Mapping[str, Mapping[str, Any]]) -> dict[str, TensorSpec]:
             return {
-                name: TensorSpec.model_validate({**spec, "dtype": str(spec["dtype"]).format(**variant.params)})
+                name: TensorSpec.model_validate(
+                    {**spec, "dtype": str(spec["dtype"]).format(**variant.params)}
+                )
                 for name, spec in specs.items()
             }
 
@@ -196,7 +200,14 @@ class OperatorSpec:
             }
             axes = definition.resolve_axes(spec.axes)
             listed = {n: axes[n] for n in definition.var_axes}
-            key = repr((definition.name, sorted(listed.items()), sorted(spec.scalars.items()), sorted(spec.params.items())))
+            key = repr(
+                (
+                    definition.name,
+                    sorted(listed.items()),
+                    sorted(spec.scalars.items()),
+                    sorted(spec.params.items()),
+                )
+            )
             workload: dict[str, Any] = {
                 "uuid": str(uuid.uuid5(_UUID_NAMESPACE, key)),
                 "axes": listed,

@@ -63,9 +63,23 @@ def run_tables(
 
 
 def _definition_table(name: str, definition: Definition | None, traces: list[Trace]) -> Table:
-    table = Table(title=f"{name}" + (f" ({definition.op_type})" if definition else ""), title_justify="left")
-    for column in ("workload", "solution", "status", "max abs err", "max rel err", "median us", "p20-p80 us", "speedup", "of ceiling"):
-        table.add_column(column, justify="left" if column in ("workload", "solution", "status") else "right")
+    table = Table(
+        title=f"{name}" + (f" ({definition.op_type})" if definition else ""), title_justify="left"
+    )
+    for column in (
+        "workload",
+        "solution",
+        "status",
+        "max abs err",
+        "max rel err",
+        "median us",
+        "p20-p80 us",
+        "speedup",
+        "of ceiling",
+    ):
+        table.add_column(
+            column, justify="left" if column in ("workload", "solution", "status") else "right"
+        )
     ordered = sorted(traces, key=lambda t: (workload_label(t.workload), t.solution or ""))
     previous = None
     for trace in ordered:
@@ -96,7 +110,12 @@ def failure_details(traces: Iterable[Trace], console: Console, limit: int = 20) 
         assert evaluation is not None
         first = evaluation.log.strip().splitlines()
         summary = first[-1] if first else ""
-        if evaluation.status.value in ("INCORRECT_NUMERICAL", "INCORRECT_SHAPE", "INCORRECT_DTYPE", "TIMEOUT"):
+        if evaluation.status.value in (
+            "INCORRECT_NUMERICAL",
+            "INCORRECT_SHAPE",
+            "INCORRECT_DTYPE",
+            "TIMEOUT",
+        ):
             summary = first[0] if first else ""
         console.print(
             f"[red]{evaluation.status.value}[/red] {trace.solution} on {workload_label(trace.workload)}: {summary[:400]}"
@@ -107,11 +126,21 @@ def failure_details(traces: Iterable[Trace], console: Console, limit: int = 20) 
 
 def definitions_table(trace_set: TraceSet) -> Table:
     table = Table(title="definitions", title_justify="left")
-    for column in ("name", "op_type", "axes", "inputs -> outputs", "solutions", "workloads", "traces"):
+    for column in (
+        "name",
+        "op_type",
+        "axes",
+        "inputs -> outputs",
+        "solutions",
+        "workloads",
+        "traces",
+    ):
         table.add_column(column)
     for name, definition in sorted(trace_set.definitions.items()):
         axes = ", ".join(
-            f"{a}={spec.value}" if spec.type == "const" else (f"{a}={spec.expression}" if getattr(spec, "expression", None) else a)
+            f"{a}={spec.value}"
+            if spec.type == "const"
+            else (f"{a}={spec.expression}" if getattr(spec, "expression", None) else a)
             for a, spec in definition.axes.items()
         )
         signature = f"{', '.join(definition.inputs)} -> {', '.join(definition.outputs)}"

@@ -1,0 +1,54 @@
+"""The build cache: content-addressed folders, built once under a file lock.
+
+Lifecycle (FlashInfer's): look for the finished artifact; if missing, take the folder's lock, look
+again (another process may have built it meanwhile), build, mark finished. Keys hash the sources,
+flags, architecture and toolchain, so a change to any of them builds anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+
+def cache_root() -> Path:
+    configured = os.environ.get("KERNELARENA_CACHE")
+    root = Path(configured) if configured else Path.home() / ".cache" / "kernelarena"
+    return root / "build"
+
+
+def cache_key(**parts: Any) -> str:
+    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:24]
+
+
+def cached_build(kind: str, key: str, artifact_name: str, build: Callable[[Path], None]) -> Path:
+    """Return ``<cache>/<kind>/<key>/<artifact_name>``, running ``build(folder)`` at most once."""
+    folder = cache_root() / kind / key
+    artifact = folder / artifact_name
+    done = folder / ".done"
+    if done.exists() and artifact.exists():
+        return artifact
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / ".lock")):
+        if done.exists() and artifact.exists():
+            return artifact
+        build(folder)
+        if not artifact.exists():
+            raise FileNotFoundError(f"build produced no {artifact_name} in {folder}")
+        done.write_text(key)
+    return artifact
+
+
+def write_sources(folder: Path, sources: list[tuple[str, str]]) -> None:
+    for relative, content in sources:
+        target = folder / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_text(encoding="utf-8") != content:
+            target.write_text(content, encoding="utf-8")

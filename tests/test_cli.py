@@ -1,0 +1,86 @@
+"""The command line: list, show, validate, run (with --json and exit codes), export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kernelarena.cli import app
+from tests.evaluate.bad_solutions import CPU_CASES, trace_set
+
+runner = CliRunner()
+
+
+def test_list_shows_the_library(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["list", "--dataset", str(tmp_path / "empty")])
+    assert result.exit_code == 0, result.output
+    assert "scale_bf16" in result.output
+
+
+def test_show_a_definition_and_a_family(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["show", "scale_bf16", "--dataset", str(tmp_path / "empty")])
+    assert result.exit_code == 0, result.output
+    assert "scale_bf16_triton" in result.output and "workloads" in result.output
+    family = runner.invoke(app, ["show", "scale", "--dataset", str(tmp_path / "empty")])
+    assert "scale_fp16" in family.output
+    unknown = runner.invoke(app, ["show", "no_such_op", "--dataset", str(tmp_path / "empty")])
+    assert unknown.exit_code == 2 and "matches no definition" in unknown.output
+
+
+def test_run_json_and_exit_codes(tmp_path: Path) -> None:
+    dataset = tmp_path / "dataset"
+    trace_set({"raises": CPU_CASES["raises"]}, root=dataset)
+    failing = runner.invoke(
+        app,
+        [
+            "run",
+            "vector_scale",
+            "--dataset",
+            str(dataset),
+            "--device",
+            "cpu",
+            "--json",
+            "--trials",
+            "1",
+        ],
+    )
+    assert failing.exit_code == 1
+    payload = json.loads(failing.stdout.strip().splitlines()[-1])
+    statuses = {t["solution"]: t["evaluation"]["status"] for t in payload["traces"]}
+    assert statuses == {"vector_scale_good_first": "PASSED", "vector_scale_raises": "RUNTIME_ERROR"}
+    assert payload["environments"][0]["ceilings"]["copy_gbps"] > 0
+    allowed = runner.invoke(
+        app,
+        [
+            "run",
+            "vector_scale",
+            "--dataset",
+            str(dataset),
+            "--device",
+            "cpu",
+            "--resume",
+            "--allow-failures",
+        ],
+    )
+    assert allowed.exit_code == 0, allowed.output
+    assert "2 already done" in allowed.output
+
+
+def test_run_rejects_unknown_names(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["run", "no_such_op", "--dataset", str(tmp_path / "empty"), "--device", "cpu"]
+    )
+    assert result.exit_code == 2 and "matches no definition" in result.output
+
+
+def test_export_writes_a_loadable_dataset(tmp_path: Path) -> None:
+    from kernelarena.data import TraceSet
+
+    result = runner.invoke(
+        app, ["export", str(tmp_path / "out"), "--dataset", str(tmp_path / "empty")]
+    )
+    assert result.exit_code == 0, result.output
+    exported = TraceSet.load(tmp_path / "out", strict=True)
+    assert "scale_bf16" in exported.definitions
