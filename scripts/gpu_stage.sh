@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine: one stage of GPU work, logs and results under $OUT.
+# Usage: scripts/gpu_stage.sh STAGE   (framework | kernels | benchmarks | scaling)
+set -uo pipefail
+stage=${1:?stage}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=$PWD/src:$PWD:/tmp/site PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export KERNELARENA_CACHE=/tmp/ka-cache KERNELARENA_DATASET=/tmp/ka-dataset
+log() { echo "== $(date +%T) $*"; }
+{
+  log "device"; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
+  ls "$CUDA_HOME/bin/nvcc" && "$CUDA_HOME/bin/nvcc" --version | tail -1
+} 2>&1 | tee "$OUT/device.txt"
+case "$stage" in
+  framework)
+    log "containment"; timeout 400 python3 -m pytest -x -q -m gpu tests/evaluate -p no:cacheprovider 2>&1 | tee "$OUT/containment.txt"
+    log "scale"; timeout 300 python3 -m kernelarena.cli run scale --device cuda:0 --suite all --allow-failures 2>&1 | tee "$OUT/scale_run.txt"
+    log "engine copy"; timeout 200 python3 benchmarks/bench_engine.py --skip-rmsnorm 2>&1 | tee "$OUT/engine.txt"
+    cp benchmarks/results/engine_*.json "$OUT/" 2>/dev/null
+    ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+esac
+log "done"
