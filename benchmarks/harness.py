@@ -113,8 +113,9 @@ def run(
     for case, factory in cases:
         try:
             providers = factory()
-        except Unsupported as error:
-            rows.append(Row(case.label, "*", case.params, "skipped", note=str(error)))
+        except Exception as error:  # a case that cannot be set up is a row, not the end of the run
+            status = "skipped" if isinstance(error, Unsupported) else "error"
+            rows.append(Row(case.label, "*", case.params, status, note=f"{type(error).__name__}: {error}"[:300]))
             continue
         timings: dict[str, Timing | Exception] = {}
         for provider, fn in providers.items():

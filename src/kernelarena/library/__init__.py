@@ -15,7 +15,8 @@ SHIPPED_TRACES = LIBRARY_FOLDER / "traces"
 
 
 def operator_specs(problems: list[Problem] | None = None) -> list[OperatorSpec]:
-    """Every ``OPERATOR`` under library/; an operator that fails to import becomes a problem."""
+    """Every ``OPERATOR`` (or each of ``OPERATORS``, when one folder serves several operators) under
+    library/; a package that fails to import becomes a problem."""
     specs = []
     for module in pkgutil.iter_modules([str(LIBRARY_FOLDER)]):
         if module.name.startswith("_") or not module.ispkg or module.name == "traces":
@@ -31,9 +32,8 @@ def operator_specs(problems: list[Problem] | None = None) -> list[OperatorSpec]:
                 )
             )
             continue
-        spec = getattr(loaded, "OPERATOR", None)
-        if isinstance(spec, OperatorSpec):
-            specs.append(spec)
+        declared = getattr(loaded, "OPERATORS", None) or (getattr(loaded, "OPERATOR", None),)
+        specs += [spec for spec in declared if isinstance(spec, OperatorSpec)]
     return sorted(specs, key=lambda s: s.name)
 
 

@@ -1,4 +1,14 @@
-"""scale: out = x * factor over a [rows, cols] tensor, the worked example of an operator."""
+"""scale: out = x * factor over a [rows, cols] tensor, the worked example of an operator.
+
+Read this folder as the model for a memory-bound operator:
+- ``reference.py``: the float32 reference and ``make_inputs`` (strided rows via ``row_stride``).
+- ``triton/scale.py``, ``cuda/scale.cu``: the kernels, 16-byte accesses, streaming loads, 64-bit
+  row offsets, tiles sized for the shape.
+- ``torch/eager.py``, ``torch/compiled.py``: the peers, solutions of their own so that
+  ``kernelarena run`` shows everyone side by side.
+Bytes moved: x read once and out written once (``nbytes`` counts the logical shape, so strided rows
+do not inflate it).
+"""
 
 from pathlib import Path
 
@@ -14,8 +24,17 @@ from kernelarena.library._spec import (
 )
 
 _SHAPES_SMOKE = [(1, 128), (7, 1000)]
-_SHAPES_CORRECTNESS = [(0, 4096), (1, 1), (3, 5120), (33, 8192), (5, 16384)]
+_SHAPES_CORRECTNESS = [(0, 4096), (1, 1), (3, 5120), (33, 8192), (5, 16384), (2, 1001)]
 _SHAPES_PERFORMANCE = [(128, 4096), (4096, 4096), (32768, 8192)]
+
+# Every solution computes x * factor in float32 and rounds once, as the reference does: the only
+# error is that rounding (half an ulp: 2^-9 in bf16, 2^-12 in fp16, none beyond float32 in fp32).
+_TOLERANCES = {
+    "fp32": Tolerance(atol=1e-6, rtol=1e-6),
+    "fp16": Tolerance(atol=1e-3, rtol=1e-3),
+    "bf16": Tolerance(atol=1e-2, rtol=1e-2),
+}
+_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 OPERATOR = OperatorSpec(
     name="scale",
@@ -30,23 +49,60 @@ OPERATOR = OperatorSpec(
     outputs={"out": tensor(["rows", "cols"], "{dtype}")},
     bytes_moved="nbytes('x') + nbytes('out')",
     flops="rows * cols",
-    variants=(
-        Variant("fp32", {"dtype": "float32"}, {"out": Tolerance(atol=1e-6, rtol=1e-6)}),
-        Variant("fp16", {"dtype": "float16"}, {"out": Tolerance(atol=1e-3, rtol=1e-3)}),
-        Variant("bf16", {"dtype": "bfloat16"}, {"out": Tolerance(atol=1e-2, rtol=1e-2)}),
-    ),
+    variants=tuple(Variant(s, {"dtype": _DTYPES[s]}, {"out": t}) for s, t in _TOLERANCES.items()),
     workloads=(
-        *(WorkloadSpec({"rows": r, "cols": c}, {"factor": 1.7}, ("smoke", "correctness")) for r, c in _SHAPES_SMOKE),
-        *(WorkloadSpec({"rows": r, "cols": c}, {"factor": -0.3}, ("correctness",)) for r, c in _SHAPES_CORRECTNESS),
-        WorkloadSpec({"rows": 9, "cols": 1000}, {"factor": 3.0}, ("correctness",), {"row_stride": 1536}),
-        *(WorkloadSpec({"rows": r, "cols": c}, {"factor": 1.5}, ("performance",)) for r, c in _SHAPES_PERFORMANCE),
+        *(
+            WorkloadSpec({"rows": r, "cols": c}, {"factor": 1.7}, ("smoke", "correctness"))
+            for r, c in _SHAPES_SMOKE
+        ),
+        *(
+            WorkloadSpec({"rows": r, "cols": c}, {"factor": -0.3}, ("correctness",))
+            for r, c in _SHAPES_CORRECTNESS
+        ),
+        WorkloadSpec(
+            {"rows": 9, "cols": 1000}, {"factor": 3.0}, ("correctness",), {"row_stride": 1536}
+        ),
+        # A million rows, past CUDA's gridDim.y (65535): the kernels loop over rows.
+        WorkloadSpec(
+            {"rows": 1_000_000, "cols": 136},
+            {"factor": 0.5},
+            ("correctness", "large"),
+            variants=("bf16",),
+        ),
+        *(
+            WorkloadSpec({"rows": r, "cols": c}, {"factor": 1.5}, ("performance",))
+            for r, c in _SHAPES_PERFORMANCE
+        ),
     ),
     solutions=(
-        SolutionSpec("triton", "triton", "triton/scale.py::run", targets=("cuda", "cpu"),
-                     description="One program per block of a row; loads and stores coalesced."),
-        SolutionSpec("cuda", "cuda", "cuda/scale.cu::run", targets=("sm_90a",),
-                     description="16-byte vector loads per thread where rows are aligned."),
-        SolutionSpec("torch_eager", "python", "torch/eager.py::run", targets=("cuda", "cpu"),
-                     description="torch eager: torch.mul into out."),
+        SolutionSpec(
+            "triton",
+            "triton",
+            "triton/scale.py::run",
+            targets=("cuda", "cpu"),
+            description="Tiles of up to 4096 elements sized for the shape; 16-byte accesses.",
+        ),
+        SolutionSpec(
+            "cuda",
+            "cuda",
+            "cuda/scale.cu::run",
+            targets=("sm_90a",),
+            description="16-byte vector accesses, streaming loads, two per thread in flight.",
+        ),
+        SolutionSpec(
+            "torch_eager",
+            "python",
+            "torch/eager.py::run",
+            targets=("cuda", "cpu"),
+            description="torch eager: torch.mul into out.",
+        ),
+        SolutionSpec(
+            "torch_compile",
+            "python",
+            "torch/compiled.py::run",
+            targets=("cuda",),
+            destination_passing_style=False,
+            description="torch.compile (Inductor, static shapes) of the float32 multiply.",
+        ),
     ),
 )
