@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import environment, result_path  # noqa: E402
-from kernelarena.data import (  # noqa: E402
+from benchmarks.harness import environment, result_path
+from kernelarena.data import (
     AxisVar,
     BuildSpec,
     Definition,
@@ -38,8 +38,8 @@ from kernelarena.data import (  # noqa: E402
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.benchmark import Benchmark  # noqa: E402
-from kernelarena.evaluate.evaluator import Options  # noqa: E402
+from kernelarena.evaluate.benchmark import Benchmark
+from kernelarena.evaluate.evaluator import Options
 
 BATCHES = (1, 8, 32, 128, 512, 1024, 4096, 8192)
 RMSNORM_SOLUTIONS = ("triton", "cuda", "torch_eager")
@@ -52,20 +52,43 @@ def rmsnorm_dataset(root: Path) -> None:
     library = load_library()
     definition = library.definitions["rmsnorm_bf16"]
     user = TraceSet(root=root)
-    user.definitions[definition.name] = definition  # index only: the definition file stays in the library
+    user.definitions[definition.name] = (
+        definition  # index only: the definition file stays in the library
+    )
     for batch in BATCHES:
         inputs = {name: RandomInput() for name in definition.inputs}
         for name, spec in definition.inputs.items():
             if spec.shape is None:
                 inputs[name] = ScalarInput(value=1e-6)
-        axes = {n: v for n, v in {"rows": batch, "batch": batch, "hidden": 4096}.items() if n in definition.var_axes}
-        user.add_workload(definition.name, Workload(uuid=f"engine-bench-{batch}", axes=axes, inputs=inputs, tags=["engine"]))
+        axes = {
+            n: v
+            for n, v in {"rows": batch, "batch": batch, "hidden": 4096}.items()
+            if n in definition.var_axes
+        }
+        user.add_workload(
+            definition.name,
+            Workload(uuid=f"engine-bench-{batch}", axes=axes, inputs=inputs, tags=["engine"]),
+        )
 
 
 def timed_cli(dataset: Path, device: str, cache: Path) -> tuple[float, dict]:
-    command = [sys.executable, "-m", "kernelarena.cli", "run", "rmsnorm_bf16", "--dataset", str(dataset),
-               "--suite", "engine", "--device", device, "--json", "--allow-failures",
-               "--solutions", ",".join(RMSNORM_SOLUTIONS)]
+    command = [
+        sys.executable,
+        "-m",
+        "kernelarena.cli",
+        "run",
+        "rmsnorm_bf16",
+        "--dataset",
+        str(dataset),
+        "--suite",
+        "engine",
+        "--device",
+        device,
+        "--json",
+        "--allow-failures",
+        "--solutions",
+        ",".join(RMSNORM_SOLUTIONS),
+    ]
     env = dict(os.environ, KERNELARENA_CACHE=str(cache), TRITON_CACHE_DIR=str(cache / "triton"))
     started = time.perf_counter()
     finished = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -79,29 +102,47 @@ def timed_cli(dataset: Path, device: str, cache: Path) -> tuple[float, dict]:
 def copy_agreement(device: torch.device, megabytes: int = 1024) -> dict:
     n = megabytes * (1 << 20) // 4
     definition = Definition(
-        name="copy_f32", op_type="copy", axes={"n": AxisVar()},
+        name="copy_f32",
+        op_type="copy",
+        axes={"n": AxisVar()},
         inputs={"x": TensorSpec(shape=["n"], dtype="float32")},
         outputs={"out": TensorSpec(shape=["n"], dtype="float32")},
-        reference="def run(x):\n    return x.clone()\n", bytes_moved="nbytes('x') + nbytes('out')",
+        reference="def run(x):\n    return x.clone()\n",
+        bytes_moved="nbytes('x') + nbytes('out')",
     )
     solution = Solution(
-        name="copy_f32_torch", definition="copy_f32", author="bench",
-        spec=BuildSpec(language="python", target_hardware=["cuda", "cpu"], entry_point="copy.py::run"),
+        name="copy_f32_torch",
+        definition="copy_f32",
+        author="bench",
+        spec=BuildSpec(
+            language="python", target_hardware=["cuda", "cpu"], entry_point="copy.py::run"
+        ),
         sources=[SourceFile(path="copy.py", content="def run(x, out):\n    out.copy_(x)\n")],
     )
     trace_set = TraceSet(root=None)
     trace_set.add_definition(definition)
     trace_set.add_solution(solution)
-    trace_set.add_workload("copy_f32", Workload(uuid="copy-1g", axes={"n": n}, inputs={"x": RandomInput()}))
-    engine = Benchmark(trace_set, devices=[str(device)], options=Options(trials=1, max_iterations=50, budget_ms=500))
+    trace_set.add_workload(
+        "copy_f32", Workload(uuid="copy-1g", axes={"n": n}, inputs={"x": RandomInput()})
+    )
+    engine = Benchmark(
+        trace_set,
+        devices=[str(device)],
+        options=Options(trials=1, max_iterations=50, budget_ms=500),
+    )
     trace = engine.run_all()[0]
-    assert trace.evaluation is not None and trace.evaluation.performance is not None, trace.evaluation
+    assert trace.evaluation is not None and trace.evaluation.performance is not None, (
+        trace.evaluation
+    )
     engine_gbps = trace.evaluation.performance.achieved_gbps
     source = torch.randn(n, device=device)
     target = torch.empty_like(source)
     for _ in range(5):
         target.copy_(source)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(50)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(50)
+    ]
     for start, end in events:
         start.record()
         target.copy_(source)
@@ -109,8 +150,13 @@ def copy_agreement(device: torch.device, megabytes: int = 1024) -> dict:
     torch.cuda.synchronize()
     times = sorted(s.elapsed_time(e) for s, e in events)
     bare_gbps = 2 * n * 4 / (times[len(times) // 2] * 1e-3) / 1e9
-    return {"engine_gbps": engine_gbps, "bare_loop_gbps": bare_gbps, "ratio": engine_gbps / bare_gbps,
-            "engine_timing_mode": trace.evaluation.performance.timing_mode, "bytes": 2 * n * 4}
+    return {
+        "engine_gbps": engine_gbps,
+        "bare_loop_gbps": bare_gbps,
+        "ratio": engine_gbps / bare_gbps,
+        "engine_timing_mode": trace.evaluation.performance.timing_mode,
+        "bytes": 2 * n * 4,
+    }
 
 
 def main() -> None:
@@ -134,16 +180,30 @@ def main() -> None:
                 status = trace["evaluation"]["status"]
                 statuses[status] = statuses.get(status, 0) + 1
             evaluations = len(traces) + len(payload["skipped"])
-            report["runs"].append({"label": label, "wall_s": wall, "evaluations": evaluations,
-                                   "per_evaluation_s": wall / max(evaluations, 1), "statuses": statuses,
-                                   "skipped": payload["skipped"]})
-            print(f"{label}: {wall:.2f} s for {evaluations} evaluations ({wall / max(evaluations, 1):.3f} s each); {statuses}")
+            report["runs"].append(
+                {
+                    "label": label,
+                    "wall_s": wall,
+                    "evaluations": evaluations,
+                    "per_evaluation_s": wall / max(evaluations, 1),
+                    "statuses": statuses,
+                    "skipped": payload["skipped"],
+                }
+            )
+            print(
+                f"{label}: {wall:.2f} s for {evaluations} evaluations ({wall / max(evaluations, 1):.3f} s each); {statuses}"
+            )
         if device.type == "cuda":
             report["copy_agreement"] = copy_agreement(device)
             print("copy agreement:", report["copy_agreement"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report["flashinfer_bench_reference"] = {"per_evaluation_s": 0.46, "total_s": 11.0, "device": "NVIDIA H200", "date": "2026-11-22"}
+    report["flashinfer_bench_reference"] = {
+        "per_evaluation_s": 0.46,
+        "total_s": 11.0,
+        "device": "NVIDIA H200",
+        "date": "2026-11-22",
+    }
     path = result_path("engine", report["environment"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")

@@ -237,18 +237,18 @@ def sweep_cases(device: torch.device) -> list[tuple[harness.Case, Any]]:
     linear_configs = [
         Linear(128, 256, 64, 8, 8, 4, True),
         Linear(128, 256, 64, 8, 8, 3, True),
-        Linear(128, 256, 64, 8, 8, 3, False),
         Linear(128, 256, 64, 16, 8, 4, True),
         Linear(128, 256, 64, 4, 8, 4, True),
         Linear(256, 128, 64, 8, 8, 3, True),
         Linear(128, 128, 64, 8, 8, 4, True),
-        Linear(128, 128, 64, 8, 4, 4, False),
+        Linear(128, 128, 64, 8, 8, 3, True, 2),
+        Linear(128, 128, 64, 8, 4, 3, True, 2),
     ]
     gated_configs = [
         Gated(128, 128, 64, 8, 8, 4, True),
         Gated(128, 128, 64, 8, 8, 3, True),
         Gated(128, 128, 64, 16, 8, 4, True),
-        Gated(128, 64, 64, 8, 4, 4, False),
+        Gated(128, 64, 64, 8, 4, 3, True, 2),
     ]
     made = []
     for (m, n, k), op, configs, launch in [
@@ -273,7 +273,7 @@ def sweep_cases(device: torch.device) -> list[tuple[harness.Case, Any]]:
             for c in configs:
                 label = (
                     f"{c.block_m}x{c.block_n}x{c.block_k} g{c.group_m} w{c.num_warps} "
-                    f"s{c.num_stages}{' sub' if c.epilogue_subtile else ''}"
+                    f"s{c.num_stages}{' sub' if c.epilogue_subtile else ''} x{c.programs_per_sm}/SM"
                 )
                 call = (lambda chosen: lambda _: launch(*args, out, *extra, config=chosen))(c)
                 providers[label] = checked(label, definition, call, out, expected, device)

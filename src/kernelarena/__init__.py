@@ -20,10 +20,15 @@ _EXPORTS = {
     "Benchmark": "kernelarena.evaluate.benchmark",
     "register": "kernelarena.registry",
     "load_library": "kernelarena.library",
+    "apply": "kernelarena.dispatch.apply",
+    "enable_apply": "kernelarena.dispatch.apply",
+    "disable_apply": "kernelarena.dispatch.apply",
 }
 
 
 def __getattr__(name: str) -> Any:
+    if name == "ops":  # kernelarena.ops.rmsnorm(...) without importing kernelarena.ops first
+        return import_module("kernelarena.ops")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kernelarena' has no attribute '{name}'")

@@ -78,7 +78,9 @@ class TraceSet:
     # -- loading ------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, root: str | Path, *, strict: bool = False, check_references: bool = True) -> TraceSet:
+    def load(
+        cls, root: str | Path, *, strict: bool = False, check_references: bool = True
+    ) -> TraceSet:
         """Load a dataset folder. With ``strict``, raise DatasetError listing every problem.
 
         ``check_references=False`` defers the cross-file checks (a solution's or workload's definition

@@ -157,9 +157,11 @@ class Definition(Schema):
             for field, text in (("bytes_moved", self.bytes_moved), ("flops", self.flops))
             if text
         ]
+        scalars = {n for n, spec in self.inputs.items() if spec.shape is None}
         for field, text in checks:
+            allowed = set(self.axes) | (scalars if field in ("bytes_moved", "flops") else set())
             try:
-                unknown = names(text) - set(self.axes)
+                unknown = names(text) - allowed
             except ExpressionError as error:
                 problems.append(f"{field}: {error}")
                 continue
@@ -280,11 +282,22 @@ class Definition(Schema):
             count *= axes[axis]
         return count * spec.dtype.itemsize
 
-    def cost(self, which: Literal["bytes_moved", "flops"], axes: Mapping[str, int]) -> float | None:
+    def cost(
+        self,
+        which: Literal["bytes_moved", "flops"],
+        axes: Mapping[str, int],
+        scalars: Mapping[str, bool | int | float] | None = None,
+    ) -> float | None:
+        """Bytes or FLOPs at these axis values; the expression may also name scalar inputs (such as
+        attention's ``causal``), whose workload values come in ``scalars``."""
         text = self.bytes_moved if which == "bytes_moved" else self.flops
         if not text:
             return None
-        return float(evaluate(text, axes, {"nbytes": lambda t: self.nbytes(t, axes)}))
+        variables = {**(scalars or {}), **axes}
+        try:
+            return float(evaluate(text, variables, {"nbytes": lambda t: self.nbytes(t, axes)}))
+        except ExpressionError:
+            return None  # a scalar the workload draws at random: no fixed cost to report
 
     def content_hash(self) -> str:
         return _content_hash(self.to_json_dict(), ignore=("description", "tags"))

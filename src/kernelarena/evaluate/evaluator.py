@@ -26,6 +26,7 @@ from kernelarena.data import (
     Evaluation,
     Language,
     Performance,
+    ScalarInput,
     Solution,
     Status,
     Trace,
@@ -131,7 +132,8 @@ class Evaluator:
             correctness = self._check(
                 definition, runnable, reference, workload, axes, options, blob_root
             )
-            performance = None
+            # Not timed: PASSED still carries performance (the schema requires it), marked as such.
+            performance = Performance(timing_mode="not_timed")
             if options.timing:
                 performance = self._time(
                     definition, runnable, reference, workload, axes, options, blob_root
@@ -141,6 +143,9 @@ class Evaluator:
                     definition, solution, workload, Status.PASSED, "", correctness, performance
                 )
             )
+        except NotImplementedError as error:
+            # A solution (typically a peer library) that declines this case: not a failure of ours.
+            return Outcome(skipped=f"not supported for this workload: {error}")
         except CheckFailed as failure:
             trace = self._trace(
                 definition, solution, workload, failure.status, failure.log, failure.correctness
@@ -338,7 +343,7 @@ class Evaluator:
                     lambda i: run(*reference_sets[i % 2].arguments), options
                 )
             self._reference_timings[key] = reference_timing
-        return self._performance(definition, axes, timing, reference_timing, options)
+        return self._performance(definition, workload, axes, timing, reference_timing, options)
 
     def _events_or_clock(self, fn: Callable[[int], Any], options: Options) -> Timing:
         with torch.no_grad():
@@ -420,14 +425,16 @@ class Evaluator:
     def _performance(
         self,
         definition: Definition,
+        workload: Workload,
         axes: dict[str, int],
         timing: Timing,
         reference: Timing,
         options: Options,
     ) -> Performance:
         seconds = timing.median_ms * 1e-3
-        bytes_moved = definition.cost("bytes_moved", axes)
-        flops = definition.cost("flops", axes)
+        scalars = {n: v.value for n, v in workload.inputs.items() if isinstance(v, ScalarInput)}
+        bytes_moved = definition.cost("bytes_moved", axes, scalars)
+        flops = definition.cost("flops", axes, scalars)
         ceilings = self.environment.ceilings or {}
         gbps = bytes_moved / seconds / 1e9 if bytes_moved and seconds > 0 else None
         tflops = flops / seconds / 1e12 if flops and seconds > 0 else None

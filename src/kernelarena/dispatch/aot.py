@@ -1,0 +1,150 @@
+"""Ahead-of-time builds: every solution an apply table can choose, built into the build cache
+before the program that uses apply starts, so its first call pays no compile.
+
+What "built" means per language: CUDA/C++ is compiled (for the solution's target, sm_90a, also on
+a machine without a GPU); Python and Triton sources are written to the cache and imported. Triton
+compiles a kernel on its first launch for the shapes' specializations: with a GPU here and
+``warm``, each winner is called once on inputs of a workload it won, which fills Triton's and
+torch.compile's caches as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from kernelarena.build import BuildError, DependencyMissing, Runnable, build_solution
+from kernelarena.data import Definition, Trace, TraceSet
+from kernelarena.dispatch.store import load_or_build
+from kernelarena.dispatch.table import ApplyTable
+from kernelarena.evaluate.environment import hardware_name
+from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
+
+
+@dataclass(frozen=True)
+class Built:
+    definition: str
+    solution: str
+    hardware: str
+    status: Literal["built", "warmed", "skipped", "failed"]
+    detail: str = ""
+
+
+def measured_hardware(trace_set: TraceSet, definition: Definition) -> list[str]:
+    """Hardware models with passed traces of ``definition``."""
+    found = {
+        t.evaluation.environment.hardware
+        for t in trace_set.traces.get(definition.name, [])
+        if t.passed and t.evaluation is not None
+    }
+    return sorted(found)
+
+
+def device_kind_of(hardware: str) -> str:
+    return "cpu" if hardware == hardware_name(torch.device("cpu")) else "cuda"
+
+
+def winners(table: ApplyTable) -> list[str]:
+    """Every solution the table can choose: each key's winner and the definition-wide best."""
+    chosen = {entry.winner for entry in table.entries}
+    if table.definition_best is not None:
+        chosen.add(table.definition_best)
+    return sorted(chosen)
+
+
+def build_winners(
+    trace_set: TraceSet,
+    definitions: Sequence[Definition],
+    hardware: Sequence[str] | None = None,
+    *,
+    only_winners: bool = True,
+    warm: bool = False,
+    device: str | None = None,
+) -> list[Built]:
+    """Build the winners (or every solution) of ``definitions`` for each hardware model: the one
+    named, else this GPU's, else every model the traces measured."""
+    device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+    here = [hardware_name(torch.device(device))] if device.startswith("cuda") else []
+    results: list[Built] = []
+    for definition in definitions:
+        models = list(hardware or here or measured_hardware(trace_set, definition))
+        for model in models:
+            table = load_or_build(definition, trace_set, model, device_kind_of(model))
+            names = (
+                winners(table)
+                if only_winners
+                else [s.name for s in trace_set.solutions_for(definition.name)]
+            )
+            for name in names:
+                results.append(_build_one(trace_set, definition, name, model, table, device, warm))
+    return results
+
+
+def _build_one(
+    trace_set: TraceSet,
+    definition: Definition,
+    name: str,
+    hardware: str,
+    table: ApplyTable,
+    device: str,
+    warm: bool,
+) -> Built:
+    solution = trace_set.solutions.get(name)
+    if solution is None:
+        return Built(definition.name, name, hardware, "skipped", "not in the dataset")
+    try:
+        runnable = build_solution(definition, solution, device)
+    except DependencyMissing as error:
+        return Built(definition.name, name, hardware, "skipped", str(error))
+    except BuildError as error:
+        return Built(definition.name, name, hardware, "failed", str(error)[:300])
+    detail = runnable.artifact or ""
+    if not (warm and device.startswith("cuda")):
+        return Built(definition.name, name, hardware, "built", detail)
+    trace = _won_trace(trace_set, definition, name, table)
+    if trace is None:
+        return Built(definition.name, name, hardware, "built", detail)
+    try:
+        blob_root = trace_set.blob_roots.get(trace.workload.uuid, trace_set.root)
+        _call_once(runnable, trace, torch.device(device), blob_root)
+    except Exception as error:  # the build stands; warming is a courtesy
+        return Built(definition.name, name, hardware, "built", f"warm-up failed: {error}"[:300])
+    return Built(definition.name, name, hardware, "warmed", detail)
+
+
+def _won_trace(
+    trace_set: TraceSet, definition: Definition, name: str, table: ApplyTable
+) -> Trace | None:
+    keys = {tuple(e.key) for e in table.entries if e.winner == name}
+    for trace in trace_set.traces.get(definition.name, []):
+        if trace.solution == name and trace.passed:
+            axes = definition.resolve_axes(trace.workload.axes)
+            if tuple(axes[a] for a in definition.free_axes) in keys:
+                return trace
+    return None
+
+
+def _call_once(
+    runnable: Runnable, trace: Trace, device: torch.device, blob_root: Path | None
+) -> None:
+    definition = runnable.definition
+    axes = definition.resolve_axes(trace.workload.axes)
+    reference: dict[str, Any] = load_reference(definition)
+    inputs = generate_inputs(
+        definition,
+        trace.workload,
+        axes,
+        device,
+        seed_for(trace.workload, "warm"),
+        reference.get("make_inputs"),
+        blob_root,
+    )
+    arguments: list[Any] = [inputs[n] for n in definition.inputs]
+    if runnable.destination_passing_style:
+        arguments += list(allocate_outputs(definition, axes, device).values())
+    runnable(*arguments)
+    torch.cuda.synchronize(device)

@@ -1,0 +1,225 @@
+"""``@apply(name)``: calls go to the measured winner for the shape at hand; the body is the fallback.
+
+The hot path (``wrapper`` in ``routed``): one generated lookup over the arguments (count, device,
+shapes, dtypes) into a dict, one call of what was prepared on the first call of that key. Everything else (choosing the definition, checking the arguments, the table, building the
+winner, allocating closures, recording the workload) happens once per key under a lock.
+
+Turned on and off in ``state.py`` (``enable_apply``, ``KERNELARENA_APPLY=1``). While apply is off,
+a decorated function costs one attribute test beyond the call of its body; with
+``KERNELARENA_APPLY=0`` set when the function is decorated, the decorator returns the function
+itself and costs nothing at all (apply can then never reach it).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from kernelarena.dispatch.parameters import (
+    call_by_position,
+    parameter_names,
+    positional_arguments,
+    signature_of,
+)
+from kernelarena.dispatch.state import current_runtime, disable_apply, enable_apply, register
+
+if TYPE_CHECKING:
+    from kernelarena.data import Definition
+    from kernelarena.dispatch.calls import Prepared
+    from kernelarena.dispatch.runtime import ApplyRuntime
+    from kernelarena.dispatch.signature import Binding
+
+log = logging.getLogger("kernelarena.dispatch")
+F = TypeVar("F", bound=Callable[..., Any])
+# (runtime, definition, device) -> what runs when no measured solution can: a Runnable or a
+# value-returning callable. Default: the decorated body.
+FallbackFor = Callable[["ApplyRuntime", "Definition", Any], Any]
+
+__all__ = ["CallSite", "apply", "current_runtime", "disable_apply", "enable_apply", "routed"]
+
+
+def _unbound(args: tuple[Any, ...]) -> Any:
+    raise LookupError("not bound to a runtime yet")
+
+
+def invoke(prepared: Prepared, args: tuple[Any, ...]) -> Any:
+    call, into = prepared
+    if into < 0:
+        return call(*args)
+    call(*args)
+    return args[into]
+
+
+class CallSite:
+    """One decorated function: its fallback, and per runtime its key function and entries."""
+
+    def __init__(
+        self,
+        name: str | Sequence[str],
+        fallback: Callable[..., Any],
+        fallback_for: FallbackFor | None = None,
+        runtime_for: Callable[[], ApplyRuntime | None] | None = None,
+        label: str | None = None,
+    ) -> None:
+        self.name = name
+        self.fallback = fallback
+        self.fallback_for = fallback_for
+        self.runtime_for = runtime_for or current_runtime
+        qualname = getattr(fallback, "__qualname__", "function")
+        self.label = label or f"{qualname} (apply {name!r})"
+        self.signature = signature_of(fallback)
+        self.parameters = parameter_names(self.signature)
+        self.body = call_by_position(fallback, self.signature)
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the runtime: the next call binds again (apply enabled, disabled, or replaced)."""
+        self.passthrough = False
+        self.runtime: ApplyRuntime | None = None
+        self.candidates: list[Definition] = []
+        self.key_of: Callable[[tuple[Any, ...]], tuple[Any, ...]] = _unbound
+        self.lookup: Callable[[tuple[Any, ...]], Prepared] = _unbound
+        self.entries: dict[tuple[Any, ...], Prepared] = {}
+
+    # -- slow path --------------------------------------------------------------------------
+
+    def dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        runtime = self.runtime_for()
+        if runtime is None:
+            self._pass_through(lambda: self.runtime_for() is None)
+            return self.fallback(*args, **kwargs)
+        if self.runtime is not runtime:
+            self._bind(runtime)
+        # One consistent view: enable_apply/disable_apply in another thread may reset the site.
+        candidates, key_of, entries = self.candidates, self.key_of, self.entries
+        if not candidates:  # nothing to dispatch to in this runtime: the body, at no cost
+            self._pass_through(lambda: self.runtime is runtime)
+            return self.fallback(*args, **kwargs)
+        positional = self._positional(args, kwargs)
+        try:
+            prepared = entries[key_of(positional)]
+        except Exception:
+            prepared = self._resolve(runtime, candidates, key_of, entries, positional)
+        return invoke(prepared, positional)
+
+    def _pass_through(self, still: Callable[[], bool]) -> None:
+        """Call the body directly from now on, unless apply changed meanwhile (then a reset has
+        happened or is about to, and this must not undo it)."""
+        self.passthrough = True
+        if not still():
+            self.passthrough = False
+
+    def _bind(self, runtime: ApplyRuntime) -> None:
+        from kernelarena.dispatch.runtime import definitions_named
+        from kernelarena.dispatch.signature import key_functions
+
+        with self.lock:
+            if self.runtime is runtime:
+                return
+            candidates = definitions_named(runtime.trace_set, self.name)
+            if not candidates:
+                log.warning("%s: no definition, family or op_type of that name", self.label)
+            entries: dict[tuple[Any, ...], Prepared] = {}
+            self.candidates, self.entries = candidates, entries
+            self.key_of, self.lookup = _unbound, _unbound
+            if candidates:
+                self.key_of, self.lookup = key_functions(candidates, runtime.tracing, entries)
+            self.runtime = runtime
+
+    def _positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        return positional_arguments(self.signature, self.parameters, args, kwargs, self.label)
+
+    def _resolve(
+        self,
+        runtime: ApplyRuntime,
+        candidates: list[Definition],
+        key_of: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+        entries: dict[tuple[Any, ...], Prepared],
+        args: tuple[Any, ...],
+    ) -> Prepared:
+        from kernelarena.dispatch.signature import bind_call
+
+        binding = bind_call(candidates, args, self.parameters, self.label)
+        key = key_of(args)
+        with runtime.lock:
+            if key in entries:
+                return entries[key]
+            prepared = self._prepare(runtime, binding)
+            if runtime.recorder is not None:
+                try:
+                    runtime.recorder.record(binding.definition, binding.axes, args)
+                except Exception as error:  # tracing never stops the program it watches
+                    log.warning("%s: workload not recorded: %s", self.label, error)
+            entries[key] = prepared  # a dict replaced by a reset meanwhile is simply dropped
+        return prepared
+
+    def _prepare(self, runtime: ApplyRuntime, binding: Binding) -> Prepared:
+        from kernelarena.build import Runnable
+        from kernelarena.dispatch.calls import adapt, returning, solution_call
+        from kernelarena.dispatch.table import shape_key
+
+        definition, device = binding.definition, binding.device
+        choice = runtime.table(definition, device).choose(shape_key(definition, binding.axes))
+        for name in choice.solutions:
+            runnable = runtime.runnable(definition, name, device)
+            if runnable is not None:
+                log.debug(
+                    "%s: %s at %s -> %s (%s)",
+                    self.label,
+                    definition.name,
+                    binding.axes,
+                    name,
+                    choice.reason,
+                )
+                return solution_call(runnable, binding)
+        if self.fallback_for is None:
+            return returning(self.body)
+        chosen = self.fallback_for(runtime, definition, device)
+        if isinstance(chosen, Runnable):
+            return solution_call(chosen, binding)
+        return adapt(chosen, False, binding)
+
+
+def apply(
+    name: str | Sequence[str], *, fallback_for: FallbackFor | None = None
+) -> Callable[[F], F]:
+    """Decorate a function: calls go to the fastest measured solution of ``name`` (a definition, a
+    family such as ``"rmsnorm"``, or an op_type) for the arguments' dtypes and shapes on this
+    device; the function's body is the fallback. Positional calls take the fast path."""
+
+    def decorate(fallback: F) -> F:
+        if os.environ.get("KERNELARENA_APPLY") == "0":
+            return fallback
+        return routed(CallSite(name, fallback, fallback_for))  # type: ignore[return-value]
+
+    return decorate
+
+
+def routed(site: CallSite) -> Callable[..., Any]:
+    """The function that stands for ``site``: the hot path, written out for speed."""
+    register(site)
+    fallback = site.fallback
+
+    @functools.wraps(fallback)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if site.passthrough:
+            return fallback(*args, **kwargs)
+        if not kwargs:
+            try:
+                call, into = site.lookup(args)
+            except Exception:  # a new key, or arguments that need checking: the slow path
+                pass
+            else:  # invoke(), written out: a frame less
+                if into < 0:
+                    return call(*args)
+                call(*args)
+                return args[into]
+        return site.dispatch(args, kwargs)
+
+    wrapper.__kernelarena_site__ = site  # type: ignore[attr-defined]
+    return wrapper

@@ -1,0 +1,162 @@
+"""The callables stored per key: a solution adapted to the caller's style, with outputs allocated by
+closures made once, so a call after the first does no planning at all.
+
+Four cases: value-returning call of a destination-passing (DPS) solution (allocate, call, return);
+DPS call of a DPS solution (call, return the outputs passed); value call of a value-returning
+solution (the solution itself); DPS call of a value-returning solution (call, copy into the outputs
+passed). Outputs that alias an input (in-place operators) are never passed: the solution writes
+the input, and it is returned in that output's place. Every call returns the outputs, one tensor or
+a tuple in definition order, as torch's ``out=`` functions do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from kernelarena.build import Runnable
+from kernelarena.data import Definition
+from kernelarena.dispatch.signature import Binding, Style, passed_outputs
+from kernelarena.evaluate.inputs import load_reference
+
+Call = Callable[..., Any]
+Prepared = tuple[Call, int]
+
+
+def returning(call: Call) -> Prepared:
+    return (call, -1)
+
+
+def _assembler(definition: Definition) -> Callable[[Sequence[Any], Sequence[Any]], Any]:
+    """``assemble(inputs, passed)``: every output in definition order (aliased ones from inputs)."""
+    inputs = list(definition.inputs)
+    order: list[tuple[bool, int]] = []
+    passed = 0
+    for spec in definition.outputs.values():
+        if spec.aliases is None:
+            order.append((False, passed))
+            passed += 1
+        else:
+            order.append((True, inputs.index(spec.aliases)))
+    if order == [(False, 0)]:
+        return lambda _inputs, outs: outs[0]
+
+    def assemble(given: Sequence[Any], outs: Sequence[Any]) -> Any:
+        values = tuple(given[i] if aliased else outs[i] for aliased, i in order)
+        return values[0] if len(values) == 1 else values
+
+    return assemble
+
+
+def _as_tuple(result: Any) -> tuple[Any, ...]:
+    return tuple(result) if isinstance(result, tuple | list) else (result,)
+
+
+def adapt(fn: Call, dps_solution: bool, binding: Binding) -> Prepared:
+    """``fn`` (a solution's entry) called in the caller's style."""
+    definition, style = binding.definition, binding.style
+    count = len(definition.inputs)
+    assemble = _assembler(definition)
+    simple = len(definition.outputs) == 1 and not any(
+        s.aliases for s in definition.outputs.values()
+    )
+    if dps_solution and style == "value":
+        allocations = [
+            (
+                definition.shape_of(definition.outputs[n], binding.axes) or (),
+                definition.outputs[n].dtype.to_torch(),
+            )
+            for n in passed_outputs(definition)
+        ]
+        return returning(_allocating(fn, allocations, binding.device, assemble, simple))
+    if dps_solution:
+        if simple:
+            return (fn, count)
+
+        def call_into_many(*args: Any) -> Any:
+            fn(*args)
+            return assemble(args[:count], args[count:])
+
+        return returning(call_into_many)
+    return returning(_value_solution(fn, definition, style, assemble))
+
+
+def _allocating(
+    fn: Call,
+    allocations: list[tuple[tuple[int, ...], torch.dtype]],
+    device: torch.device,
+    assemble: Callable[[Sequence[Any], Sequence[Any]], Any],
+    simple: bool,
+) -> Call:
+    empty = torch.empty
+    if simple:
+        ((shape, dtype),) = allocations
+
+        def allocate_one(*args: Any) -> Any:
+            out = empty(shape, dtype=dtype, device=device)
+            fn(*args, out)
+            return out
+
+        return allocate_one
+
+    def allocate_many(*args: Any) -> Any:
+        outs = [empty(shape, dtype=dtype, device=device) for shape, dtype in allocations]
+        fn(*args, *outs)
+        return assemble(args, outs)
+
+    return allocate_many
+
+
+def _value_solution(
+    fn: Call,
+    definition: Definition,
+    style: Style,
+    assemble: Callable[[Sequence[Any], Sequence[Any]], Any],
+) -> Call:
+    count = len(definition.inputs)
+    passed = [i for i, s in enumerate(definition.outputs.values()) if s.aliases is None]
+    if style == "value":
+        if len(passed) == len(definition.outputs):  # nothing in place: its results as they are
+            return fn
+
+        def returned(*args: Any) -> Any:
+            values = _as_tuple(fn(*args))
+            return assemble(args, [values[i] for i in passed])
+
+        return returned
+
+    def copied(*args: Any) -> Any:
+        values = _as_tuple(fn(*args[:count]))
+        for target, i in zip(args[count:], passed, strict=True):
+            target.copy_(values[i])
+        return assemble(args[:count], args[count:])
+
+    return copied
+
+
+def solution_call(runnable: Runnable, binding: Binding) -> Prepared:
+    fn: Call = runnable if runnable.adapt is not None else runnable.fn
+    return adapt(fn, runnable.destination_passing_style, binding)
+
+
+def reference_solution(definition: Definition) -> Call:
+    """The reference as a value-returning solution: it returns every output and, like an in-place
+    solution, writes the outputs that alias an input into that input."""
+    run: Call = load_reference(definition)["run"]
+    aliased = [
+        (k, list(definition.inputs).index(spec.aliases))
+        for k, spec in enumerate(definition.outputs.values())
+        if spec.aliases is not None
+    ]
+    if not aliased:
+        return run
+
+    def in_place(*inputs: Any) -> Any:
+        values = _as_tuple(run(*inputs))
+        for k, i in aliased:
+            inputs[i].copy_(values[k])
+        return values
+
+    return in_place

@@ -1,0 +1,231 @@
+"""Operators as functions and ``torch.library`` custom ops, generated from Definitions.
+
+One operator per family (the ``family:<name>`` tag: rmsnorm_fp32/fp16/bf16 become ``rmsnorm``,
+told apart by dtype at call time). A family whose definitions share input dtypes (linear_gelu_fp16
+and linear_silu_fp16) is split by the definition name without its last ``_`` part
+(``linear_gelu``, ``linear_silu``); what is still ambiguous becomes one operator per definition.
+
+Each operator is a plain function, value-returning, that goes through apply (in eager mode straight
+to the apply call site, with no dispatcher cost) and a custom op ``torch.ops.<namespace>.<name>``
+that the function calls under ``torch.compile``. The schema follows the inputs (tensors, and
+``float``/``int``/``bool`` scalars); an output that aliases an input marks that input as mutated
+and is not returned by the custom op (custom ops may not return their inputs), while the plain
+function returns every output. The fake implementation allocates outputs by the shape rules
+(derived axes evaluated on symbolic sizes), so shapes stay symbolic under dynamic compilation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from kernelarena.data import AxisVar, Definition, TraceSet
+from kernelarena.data.expressions import evaluate
+from kernelarena.dispatch.apply import CallSite, current_runtime, routed
+from kernelarena.dispatch.runtime import ApplyRuntime
+
+_SCALAR_TYPES = {bool: "bool", int: "int", float: "float"}
+_library_runtime: ApplyRuntime | None = None
+_library_lock = threading.Lock()
+PROBLEMS: list[str] = []  # operators that could not be made, and why
+
+
+def _family(definition: Definition) -> str:
+    tags = [t.removeprefix("family:") for t in definition.tags if t.startswith("family:")]
+    return tags[0] if tags else definition.name
+
+
+def _interface(definition: Definition) -> tuple[Any, ...]:
+    inputs = tuple((n, s.shape is None) for n, s in definition.inputs.items())
+    outputs = tuple((n, s.aliases) for n, s in definition.outputs.items())
+    return inputs, outputs
+
+
+def _distinct(members: Sequence[Definition]) -> bool:
+    """One interface, and every member told apart by its input dtypes and const axes."""
+    signatures = {
+        (tuple(s.dtype for s in d.inputs.values()), tuple(sorted(d.const_axes.items())))
+        for d in members
+    }
+    return len(signatures) == len(members) and len({_interface(d) for d in members}) == 1
+
+
+def operator_groups(definitions: Iterable[Definition]) -> dict[str, list[Definition]]:
+    families: dict[str, list[Definition]] = {}
+    for definition in definitions:
+        families.setdefault(_family(definition), []).append(definition)
+    groups: dict[str, list[Definition]] = {}
+    for family, members in families.items():
+        if _distinct(members):
+            groups.setdefault(family, []).extend(members)
+            continue
+        for definition in members:
+            stem = definition.name.rsplit("_", 1)[0] if "_" in definition.name else definition.name
+            groups.setdefault(stem, []).append(definition)
+    final: dict[str, list[Definition]] = {}
+    for name, members in groups.items():
+        if _distinct(members) and name not in final:
+            final[name] = members
+        else:
+            final.update((d.name, [d]) for d in members)
+    return {n: m for n, m in final.items() if n.isidentifier() and not keyword.iskeyword(n)}
+
+
+def schema(definition: Definition) -> str:
+    arguments = []
+    for name, spec in definition.inputs.items():
+        if spec.shape is None:
+            arguments.append(f"{_SCALAR_TYPES[spec.dtype.python_type]} {name}")
+        else:
+            mutated = any(o.aliases == name for o in definition.outputs.values())
+            arguments.append(f"Tensor(a{len(arguments)}!) {name}" if mutated else f"Tensor {name}")
+    returned = [n for n, s in definition.outputs.items() if s.aliases is None]
+    results = "Tensor" if len(returned) == 1 else f"({', '.join('Tensor' for _ in returned)})"
+    return f"({', '.join(arguments)}) -> {results}"
+
+
+def _library_default() -> ApplyRuntime:
+    """Runs operators while apply is off: the library without traces, so the default solutions."""
+    global _library_runtime
+    with _library_lock:
+        if _library_runtime is None:
+            from kernelarena.library import load_library
+
+            library = load_library()
+            library.traces = {}
+            _library_runtime = ApplyRuntime(library, use_cache=False)
+    return _library_runtime
+
+
+def _default_fallback(runtime: ApplyRuntime, definition: Definition, device: Any) -> Any:
+    return runtime.default_solution(definition, device)
+
+
+def _fake_outputs(members: Sequence[Definition], args: Sequence[Any]) -> list[torch.Tensor]:
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    definition = next(
+        (
+            d
+            for d in members
+            if all(
+                a.dtype == s.dtype.to_torch()
+                for a, s in zip(args, d.inputs.values(), strict=False)
+                if s.shape is not None and isinstance(a, torch.Tensor)
+            )
+        ),
+        members[0],
+    )
+    sizes: dict[str, Any] = dict(definition.const_axes)
+    for value, spec in zip(args, definition.inputs.values(), strict=False):
+        for axis, size in zip(spec.shape or [], getattr(value, "shape", ()), strict=False):
+            sizes.setdefault(axis, size)
+    pending = {n: a.expression for n, a in definition.axes.items() if isinstance(a, AxisVar)}
+    for _ in range(len(pending)):  # derived axes in dependency order, on symbolic sizes
+        for name, expression in pending.items():
+            if name not in sizes and expression:
+                try:
+                    sizes[name] = evaluate(expression, sizes)
+                except ValueError:
+                    continue
+    device = tensors[0].device if tensors else torch.device("cpu")
+    return [
+        torch.empty(
+            [sizes[a] for a in spec.shape or []], dtype=spec.dtype.to_torch(), device=device
+        )
+        for spec in definition.outputs.values()
+        if spec.aliases is None
+    ]
+
+
+def make_operator(
+    name: str, members: Sequence[Definition], namespace: str = "kernelarena"
+) -> Callable[..., Any]:
+    """The plain function for ``members`` (with ``.custom_op`` attached), registering the op."""
+    first = members[0]
+    names = [d.name for d in members]
+    inputs = list(first.inputs)
+    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in inputs]
+    aliased = [
+        (k, inputs.index(s.aliases)) for k, s in enumerate(first.outputs.values()) if s.aliases
+    ]
+
+    def unreachable(*args: Any) -> Any:
+        raise RuntimeError(f"{name}: no runtime holds its definitions {names}")
+
+    unreachable.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    unreachable.__qualname__ = unreachable.__name__ = name
+
+    def runtime_for() -> ApplyRuntime:
+        runtime = current_runtime()
+        if runtime is not None and all(n in runtime.trace_set.definitions for n in names):
+            return runtime
+        return _library_default()
+
+    label = f"{namespace}.ops.{name}" if namespace == "kernelarena" else f"{namespace}::{name}"
+    eager = routed(CallSite(names, unreachable, _default_fallback, runtime_for, label))
+
+    skipped = {k for k, _ in aliased}
+
+    def implementation(*args: Any) -> Any:
+        values = eager(*args)
+        values = values if isinstance(values, tuple) else (values,)
+        return _single([v for k, v in enumerate(values) if k not in skipped])
+
+    mutated = [inputs[i] for _, i in aliased]
+    custom = torch.library.custom_op(
+        f"{namespace}::{name}", implementation, mutates_args=mutated, schema=schema(first)
+    )
+    custom.register_fake(lambda *args: _single(_fake_outputs(members, args)))
+    compiled_op = getattr(getattr(torch.ops, namespace), name)
+    is_compiling = torch.compiler.is_compiling
+
+    def operator(*args: Any, **kwargs: Any) -> Any:
+        if not is_compiling():
+            return eager(*args, **kwargs)
+        result = compiled_op(*args, **kwargs)
+        if not aliased:
+            return result
+        bound = inspect.Signature(parameters).bind(*args, **kwargs).arguments
+        if result is None:
+            produced: list[Any] = []
+        else:
+            produced = list(result) if isinstance(result, tuple | list) else [result]
+        for k, i in aliased:
+            produced.insert(k, bound[inputs[i]])
+        return produced[0] if len(produced) == 1 else tuple(produced)
+
+    operator.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    operator.__qualname__ = operator.__name__ = name
+    operator.__doc__ = f"{first.description or name}\n\nDefinitions: {', '.join(names)}."
+    operator.custom_op = custom  # type: ignore[attr-defined]
+    operator.definitions = names  # type: ignore[attr-defined]
+    return operator
+
+
+def _single(outputs: list[torch.Tensor]) -> Any:
+    """A custom op's result: one tensor, a tuple, or None when every output is written in place."""
+    if not outputs:
+        return None
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def build_operators(
+    trace_set: TraceSet | None = None, namespace: str = "kernelarena"
+) -> dict[str, Callable[..., Any]]:
+    if trace_set is None:
+        from kernelarena.library import load_library
+
+        trace_set = load_library()
+    groups = operator_groups(trace_set.definitions.values())
+    operators: dict[str, Callable[..., Any]] = {}
+    for name, members in groups.items():
+        try:
+            operators[name] = make_operator(name, members, namespace)
+        except Exception as error:  # one odd definition never hides the other operators
+            PROBLEMS.append(f"{name}: {type(error).__name__}: {error}")
+    return operators

@@ -1,0 +1,122 @@
+"""ApplyRuntime: what apply needs while a program runs: the dataset, a table per (definition,
+hardware), built solutions per (solution, device), and the workload recorder when tracing.
+
+Everything here is reached only on the slow path (the first call of a key), under one lock, so
+tables and builds happen once per process however many threads call at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kernelarena.build import BuildError, Runnable, build_solution
+from kernelarena.data import Definition, Language, Solution, TraceSet
+from kernelarena.dispatch.admit import admitted_for_device
+from kernelarena.dispatch.store import load_or_build
+from kernelarena.dispatch.table import ApplyTable
+from kernelarena.evaluate.environment import hardware_name
+
+if TYPE_CHECKING:
+    from kernelarena.dispatch.tracing import WorkloadRecorder
+
+log = logging.getLogger("kernelarena.dispatch")
+
+
+def definitions_named(trace_set: TraceSet, name: str | Sequence[str]) -> list[Definition]:
+    """A definition by name, or every definition of a family (tag ``family:<name>``) or op_type;
+    a list names definitions exactly."""
+    if not isinstance(name, str):
+        return [trace_set.definitions[n] for n in name if n in trace_set.definitions]
+    if name in trace_set.definitions:
+        return [trace_set.definitions[name]]
+    return [
+        d for d in trace_set.definitions.values() if f"family:{name}" in d.tags or d.op_type == name
+    ]
+
+
+def device_kind(device: torch.device) -> str:
+    return "cpu" if device.type == "cpu" else "cuda"
+
+
+class ApplyRuntime:
+    def __init__(
+        self,
+        trace_set: TraceSet,
+        recorder: WorkloadRecorder | None = None,
+        *,
+        use_cache: bool = True,
+    ) -> None:
+        self.trace_set = trace_set
+        self.recorder = recorder
+        self.use_cache = use_cache
+        self.lock = threading.RLock()
+        self._hardware: dict[torch.device, str] = {}
+        self._tables: dict[tuple[str, str], ApplyTable] = {}
+        self._runnables: dict[tuple[str, str], Runnable | None] = {}
+
+    @property
+    def tracing(self) -> bool:
+        return self.recorder is not None
+
+    def hardware(self, device: torch.device) -> str:
+        if device not in self._hardware:
+            self._hardware[device] = hardware_name(device)
+        return self._hardware[device]
+
+    def table(self, definition: Definition, device: torch.device) -> ApplyTable:
+        hardware = self.hardware(device)
+        slot = (definition.name, hardware)
+        if slot not in self._tables:
+            self._tables[slot] = load_or_build(
+                definition,
+                self.trace_set,
+                hardware,
+                device_kind(device),
+                use_cache=self.use_cache,
+            )
+        return self._tables[slot]
+
+    def runnable(self, definition: Definition, name: str, device: torch.device) -> Runnable | None:
+        """The built solution ``name``, or None (logged once) when it cannot run here."""
+        slot = (name, str(device))
+        if slot not in self._runnables:
+            self._runnables[slot] = self._build(definition, name, device)
+        return self._runnables[slot]
+
+    def _build(self, definition: Definition, name: str, device: torch.device) -> Runnable | None:
+        solution = self.trace_set.solutions.get(name)
+        if solution is None or not admitted_for_device(solution, device_kind(device)):
+            return None
+        try:
+            return build_solution(definition, solution, str(device))
+        except BuildError as error:
+            log.warning("apply: %s cannot be built here, skipped: %s", name, str(error)[:500])
+            return None
+
+    def default_solution(self, definition: Definition, device: torch.device) -> Any:
+        """What a built-in operator runs when no measurement decides: the first Python solution that
+        targets the device and builds (torch eager: fast on a CPU, checked by the library's tests),
+        else the reference. Triton is left out on a CPU: its interpreter is far too slow."""
+        from kernelarena.dispatch.calls import reference_solution
+
+        for solution in self._python_solutions(definition, device):
+            runnable = self.runnable(definition, solution.name, device)
+            if runnable is not None:
+                return runnable
+        return reference_solution(definition)
+
+    def _python_solutions(self, definition: Definition, device: torch.device) -> list[Solution]:
+        kind = device_kind(device)
+        return sorted(
+            (
+                s
+                for s in self.trace_set.solutions_for(definition.name)
+                if s.spec.language is Language.PYTHON and s.runs_on(kind)
+            ),
+            key=lambda s: len(s.spec.dependencies) > 0,  # stable: library order otherwise
+        )

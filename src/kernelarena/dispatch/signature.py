@@ -1,0 +1,233 @@
+"""How a call's arguments meet a definition: which definition and calling style, the axis values,
+errors that name the argument, and the key function of the hot path.
+
+A call is value-returning when it passes the definition's inputs, destination-passing when the
+inputs are followed by the outputs that alias no input. Arguments are matched by position; the
+decorated function's own parameter names are used in messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from kernelarena.data import Definition, TensorSpec
+from kernelarena.data.definition import AxisError
+from kernelarena.data.expressions import ExpressionError
+from kernelarena.dispatch.axes import bind_axes
+
+Style = Literal["value", "dps"]
+STYLES: tuple[Style, ...] = ("value", "dps")
+
+
+class ApplyArgumentError(ValueError):
+    """Arguments that match no declared shape, dtype or count; the message names the argument."""
+
+    def __init__(
+        self, message: str, position: int = -1, kind: str = "", argument: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.position = position
+        self.kind = kind
+        self.argument = argument
+
+
+@dataclass(frozen=True)
+class Binding:
+    definition: Definition
+    style: Style
+    axes: dict[str, int]
+    device: torch.device
+
+
+def passed_outputs(definition: Definition) -> list[str]:
+    """Outputs passed in destination-passing style: those that alias no input."""
+    return [n for n, spec in definition.outputs.items() if spec.aliases is None]
+
+
+def styles(definition: Definition) -> tuple[Style, ...]:
+    """Both styles, or only "value" when every output aliases an input (the calls are the same)."""
+    return STYLES if passed_outputs(definition) else ("value",)
+
+
+def argument_specs(definition: Definition, style: Style) -> list[tuple[str, TensorSpec]]:
+    specs = list(definition.inputs.items())
+    if style == "dps":
+        specs += [(n, definition.outputs[n]) for n in passed_outputs(definition)]
+    return specs
+
+
+def _scalar_ok(value: Any, spec: TensorSpec) -> bool:
+    if spec.dtype.python_type is bool:
+        return isinstance(value, bool)
+    if spec.dtype.python_type is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def bind_one(
+    definition: Definition, style: Style, args: Sequence[Any], parameters: Sequence[str], label: str
+) -> Binding:
+    """Check every argument against ``definition`` in ``style``; raise naming the first that fails."""
+    specs = argument_specs(definition, style)
+
+    def fail(position: int, kind: str, problem: str) -> ApplyArgumentError:
+        name = specs[position][0]
+        shown = parameters[position] if position < len(parameters) else name
+        role = "output" if position >= len(definition.inputs) else "input"
+        alias = "" if shown == name else f" ({role} '{name}' of {definition.name})"
+        return ApplyArgumentError(
+            f"{label}: argument '{shown}'{alias}: {problem}", position, kind, shown
+        )
+
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    device: torch.device | None = None
+    for position, ((name, spec), value) in enumerate(zip(specs, args, strict=True)):
+        if spec.shape is None:
+            if not _scalar_ok(value, spec):
+                expected = spec.dtype.python_type.__name__
+                raise fail(position, "type", f"expected a {expected} scalar, got {value!r}")
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise fail(
+                position,
+                "type",
+                f"expected a {spec.dtype.value} tensor of shape {spec.shape}, "
+                f"got {type(value).__name__}",
+            )
+        if value.dtype != spec.dtype.to_torch():
+            raise fail(position, "dtype", f"dtype {value.dtype}, expected {spec.dtype.value}")
+        if device is None:
+            device = value.device
+        elif value.device != device:
+            raise fail(position, "device", f"on {value.device}, other tensors are on {device}")
+        if position < len(definition.inputs):
+            shapes[name] = tuple(value.shape)
+    try:
+        axes = bind_axes(definition, shapes)
+    except (AxisError, ExpressionError) as error:
+        names = list(definition.inputs)
+        position = next((i for i, n in enumerate(names) if f"'{n}'" in str(error)), 0)
+        shown = parameters[position] if position < len(parameters) else names[position]
+        note = "" if shown == names[position] else f" (your '{shown}' is its '{names[position]}')"
+        raise ApplyArgumentError(f"{label}: {error}{note}", position, "shape", shown) from None
+    for position in range(len(definition.inputs), len(specs)):
+        spec, value = specs[position][1], args[position]
+        wanted = definition.shape_of(spec, axes) or ()
+        if tuple(value.shape) != wanted:
+            raise fail(position, "shape", f"shape {tuple(value.shape)}, expected {wanted}")
+    if device is None:
+        device = torch.device("cpu")
+    return Binding(definition, style, axes, device)
+
+
+def bind_call(
+    candidates: Sequence[Definition], args: Sequence[Any], parameters: Sequence[str], label: str
+) -> Binding:
+    """The one (definition, style) that ``args`` fit; errors name the argument and what was expected."""
+    shaped = [
+        (d, s) for d in candidates for s in styles(d) if len(argument_specs(d, s)) == len(args)
+    ]
+    if not shaped:
+        expected = sorted(
+            {
+                f"{len(argument_specs(d, s))} ({', '.join(n for n, _ in argument_specs(d, s))})"
+                for d in candidates
+                for s in styles(d)
+            }
+        )
+        raise ApplyArgumentError(
+            f"{label}: {len(args)} arguments; expected {' or '.join(expected)}"
+        )
+    bound, failures = [], []
+    for definition, style in shaped:
+        try:
+            bound.append(bind_one(definition, style, args, parameters, label))
+        except ApplyArgumentError as error:
+            failures.append((definition, error))
+    if len(bound) == 1:
+        return bound[0]
+    if bound:
+        names = ", ".join(f"{b.definition.name} ({b.style})" for b in bound)
+        raise ApplyArgumentError(f"{label}: the arguments fit several definitions: {names}")
+    return _closest_failure(failures, args, label)
+
+
+def _closest_failure(
+    failures: list[tuple[Definition, ApplyArgumentError]], args: Sequence[Any], label: str
+) -> Binding:
+    positions = {e.position for _, e in failures}
+    kinds = {e.kind for _, e in failures}
+    if len(failures) > 1 and len(positions) == 1 and kinds == {"dtype"}:
+        position = positions.pop()
+        accepted = ", ".join(
+            f"{argument_specs(d, 'value' if position < len(d.inputs) else 'dps')[position][1].dtype.value}"
+            f" ({d.name})"
+            for d, _ in failures
+        )
+        got = getattr(args[position], "dtype", type(args[position]).__name__)
+        argument = failures[0][1].argument
+        raise ApplyArgumentError(
+            f"{label}: argument '{argument}': dtype {got} matches no definition; "
+            f"expected one of {accepted}",
+            position,
+            "dtype",
+            argument,
+        )
+    raise max(failures, key=lambda f: f[1].position)[1]
+
+
+def _describe(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (value.shape, value.dtype)
+    return type(value)
+
+
+def _device_of(args: Sequence[Any]) -> Any:
+    return next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+
+
+def key_functions(
+    candidates: Sequence[Definition], include_scalars: bool, entries: dict[Any, Any]
+) -> tuple[Callable[[tuple[Any, ...]], tuple[Any, ...]], Callable[[tuple[Any, ...]], Any]]:
+    """``key_of(args)``: the argument count, the first tensor's device, every tensor's shape and
+    dtype (and scalar values when tracing); ``lookup(args)``: ``entries[key_of(args)]`` in one
+    frame. Equal keys mean equal checks, so a call whose key was seen before needs no checking.
+    Generated as straight-line code: on the hot path a loop over argument descriptions would cost
+    more than the whole budget of a microsecond."""
+    kinds: dict[int, list[set[str]]] = {}
+    for definition in candidates:
+        for style in styles(definition):
+            specs = argument_specs(definition, style)
+            slots = kinds.setdefault(len(specs), [set() for _ in specs])
+            for slot, (_, spec) in zip(slots, specs, strict=True):
+                slot.add("scalar" if spec.shape is None else "tensor")
+    branches: list[tuple[int, list[str], list[str]]] = []
+    for count, slots in sorted(kinds.items()):
+        tensors = [i for i, s in enumerate(slots) if s == {"tensor"}]
+        parts = [str(count), f"x{tensors[0]}.device" if tensors else "_device_of(a)"]
+        for i, slot in enumerate(slots):
+            if slot == {"tensor"}:
+                parts += [f"x{i}.shape", f"x{i}.dtype"]
+            elif slot != {"scalar"}:
+                parts.append(f"_describe(a[{i}])")
+            elif include_scalars:
+                parts.append(f"a[{i}]")
+        branches.append((count, [f"x{i} = a[{i}]" for i in tensors], parts))
+    namespace: dict[str, Any] = {
+        "_describe": _describe,
+        "_device_of": _device_of,
+        "entries": entries,
+    }
+    for name, wrap in (("key_of", "({},)"), ("lookup", "entries[({},)]")):
+        lines = [f"def {name}(a):", "    n = len(a)"]
+        for count, body, parts in branches:
+            lines.append(f"    if n == {count}:")
+            lines += [f"        {line}" for line in body]
+            lines.append(f"        return {wrap.format(', '.join(parts))}")
+        lines.append("    raise IndexError(n)")
+        exec(compile("\n".join(lines), f"<kernelarena apply {name}>", "exec"), namespace)
+    return namespace["key_of"], namespace["lookup"]

@@ -1,0 +1,89 @@
+"""Whether apply is on, and with which runtime; every call site is told when that changes.
+
+``enable_apply()`` or the environment: ``KERNELARENA_APPLY=1`` (with ``KERNELARENA_DATASET`` for the
+folder) or ``KERNELARENA_TRACE=1`` / ``=tensors`` (apply with workload tracing), read once, on the
+first call of a decorated function.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from kernelarena.data import TraceSet
+    from kernelarena.dispatch.runtime import ApplyRuntime
+
+
+class Resettable(Protocol):
+    def reset(self) -> None: ...
+
+
+_lock = threading.RLock()
+_runtime: ApplyRuntime | None = None
+_environment_read = False
+_sites: weakref.WeakSet[Resettable] = weakref.WeakSet()
+
+
+def register(site: Resettable) -> None:
+    _sites.add(site)
+
+
+def _reset_sites() -> None:
+    for site in list(_sites):
+        site.reset()
+
+
+def current_runtime() -> ApplyRuntime | None:
+    global _environment_read
+    if _runtime is None and not _environment_read:
+        with _lock:
+            if not _environment_read:
+                _environment_read = True
+                trace = os.environ.get("KERNELARENA_TRACE", "")
+                if os.environ.get("KERNELARENA_APPLY") == "1" or trace not in ("", "0"):
+                    enable_apply(trace=trace not in ("", "0"), trace_tensors=trace == "tensors")
+    return _runtime
+
+
+def enable_apply(
+    dataset: str | Path | TraceSet | None = None,
+    *,
+    trace: bool = False,
+    trace_tensors: bool = False,
+    use_cache: bool = True,
+) -> ApplyRuntime:
+    """Turn apply on for every decorated function. ``dataset``: a folder (with the built-in library
+    and its shipped traces; default ``$KERNELARENA_DATASET``) or a TraceSet used as it is. With
+    ``trace``, the first call of each shape records a workload in the dataset (``trace_tensors``:
+    its input tensors too)."""
+    from kernelarena.data import TraceSet
+    from kernelarena.dispatch.runtime import ApplyRuntime
+    from kernelarena.dispatch.tracing import WorkloadRecorder
+
+    global _runtime, _environment_read
+    if isinstance(dataset, TraceSet):
+        combined, writable = dataset, dataset
+    else:
+        from kernelarena.datasets import load_default
+
+        combined, writable = load_default(dataset)
+    recorder = None
+    if trace or trace_tensors:
+        recorder = WorkloadRecorder(writable, save_tensors=trace_tensors)
+    runtime = ApplyRuntime(combined, recorder, use_cache=use_cache)
+    with _lock:
+        _runtime, _environment_read = runtime, True
+        _reset_sites()
+    return runtime
+
+
+def disable_apply() -> None:
+    """Turn apply off: decorated functions call their bodies again."""
+    global _runtime, _environment_read
+    with _lock:
+        _runtime, _environment_read = None, True
+        _reset_sites()

@@ -1,0 +1,185 @@
+"""ApplyTable: for one definition on one hardware model, which solution to call at each shape.
+
+The rules, in the order they apply (docs/apply.md says the same for users):
+
+1. Admitted traces (``admit.py``): status PASSED with a performance record; hardware equal
+   to the device's (``environment.hardware``); content hashes present and equal to today's
+   definition, solution and workload (a workload no longer in the dataset is checked against the
+   copy inside the trace); on a CPU only Python solutions that target ``cpu`` (Triton runs on a CPU
+   only under its interpreter, which a production process does not use).
+2. Shape key: the values of the definition's free var axes, in declaration order (derived axes
+   follow from them).
+3. One number per (solution, key): per workload the latest trace; across workloads at the same key
+   (re-runs, workloads that differ only in params such as a row stride) the median of their
+   medians, and likewise of their 20th and 80th percentiles.
+4. Winner at a key: the lowest median wins outright when its interval [p20, p80] lies below every
+   other candidate's, i.e. ``other.p20 - best.p80 > 0`` for all others (the margin): its median
+   beats each other's by more than the two spreads that face each other. Traces without
+   percentiles count as intervals of width zero.
+5. A tie (no outright winner): among the best and every candidate whose p20 is at or below the
+   best's p80, the one ranked highest definition-wide (rule 6). Fewer distinct kernels across
+   shapes, and the choice does not flip with noise.
+6. Definition-wide rank: score = geometric mean, over the keys a solution was measured at, of
+   (best median at that key / its median), so 1.0 means fastest everywhere it ran. The
+   definition-wide best is the highest score among the solutions measured at the most keys.
+7. A key never measured: the nearest measured key by power-of-two buckets (``bucket(v) =
+   v.bit_length()``, so 0, 1, 2-3, 4-7, ...); a measured key is near when every axis is within
+   ``NEAR_BUCKETS`` buckets; the nearest has the smallest sum of bucket distances, then the
+   smallest sum of |log2| ratios of the values, then the smallest key. No near key: the
+   definition-wide best. Nothing measured: the fallback.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, PrivateAttr
+
+from kernelarena.data import Definition
+
+FORMAT = 1
+NEAR_BUCKETS = 1
+Key = tuple[int, ...]
+
+
+class Measurement(BaseModel):
+    solution: str
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    workloads: int = 1
+
+
+class KeyEntry(BaseModel):
+    key: Key
+    winner: str
+    decided_by: Literal["only", "margin", "tie"]
+    margin_ms: float | None = None
+    ranked: list[Measurement]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Solutions to try in order (the first that builds runs), and why."""
+
+    solutions: tuple[str, ...]
+    reason: Literal["measured", "nearest", "definition_best", "fallback"]
+    measured_key: Key | None = None
+
+
+class ApplyTable(BaseModel):
+    format: int = FORMAT
+    definition: str
+    hardware: str
+    axes: list[str]
+    digest: str
+    entries: list[KeyEntry]
+    scores: dict[str, float]
+    coverage: dict[str, int]
+    definition_best: str | None
+    checksum: str = ""
+    _by_key: dict[Key, KeyEntry] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: object, /) -> None:
+        self._by_key = {tuple(e.key): e for e in self.entries}
+
+    def ranking(self) -> list[str]:
+        """Solutions by definition-wide rank (rule 6), best first."""
+        top = max(self.coverage.values(), default=0)
+        return sorted(
+            self.scores,
+            key=lambda s: (self.coverage[s] < top, -self.scores[s], -self.coverage[s], s),
+        )
+
+    def choose(self, key: Key) -> Choice:
+        entry = self._by_key.get(key)
+        if entry is not None:
+            return Choice(_winner_first(entry), "measured", entry.key)
+        near = nearest_key(key, self._by_key)
+        if near is not None:
+            return Choice(_winner_first(self._by_key[near]), "nearest", near)
+        if self.definition_best is not None:
+            return Choice(tuple(self.ranking()), "definition_best")
+        return Choice((), "fallback")
+
+
+def _winner_first(entry: KeyEntry) -> tuple[str, ...]:
+    others = [m.solution for m in entry.ranked if m.solution != entry.winner]
+    return (entry.winner, *others)
+
+
+def bucket(value: int) -> int:
+    return int(value).bit_length()
+
+
+def nearest_key(key: Key, measured: Iterable[Key]) -> Key | None:
+    def distance(other: Key) -> tuple[int, float, Key]:
+        buckets = sum(abs(bucket(a) - bucket(b)) for a, b in zip(key, other, strict=True))
+        ratios = sum(abs(math.log2((a + 1) / (b + 1))) for a, b in zip(key, other, strict=True))
+        return buckets, ratios, other
+
+    near = [
+        k
+        for k in measured
+        if len(k) == len(key)
+        and all(abs(bucket(a) - bucket(b)) <= NEAR_BUCKETS for a, b in zip(key, k, strict=True))
+    ]
+    return min(near, key=distance) if near else None
+
+
+def shape_key(definition: Definition, axes: Mapping[str, int]) -> Key:
+    return tuple(int(axes[name]) for name in definition.free_axes)
+
+
+def build_table(
+    definition: Definition,
+    timings: Mapping[Key, list[Measurement]],
+    hardware: str,
+    digest: str,
+) -> ApplyTable:
+    """Rules 4-6 over the admitted timings."""
+    best_at = {key: min(m.median_ms for m in ms) for key, ms in timings.items()}
+    ratios: dict[str, list[float]] = {}
+    for key, measurements in timings.items():
+        for m in measurements:
+            ratio = best_at[key] / m.median_ms if m.median_ms > 0 else 1.0
+            ratios.setdefault(m.solution, []).append(max(ratio, 1e-12))
+    scores = {s: math.exp(statistics.fmean(math.log(r) for r in rs)) for s, rs in ratios.items()}
+    coverage = {s: len(rs) for s, rs in ratios.items()}
+    table = ApplyTable(
+        definition=definition.name,
+        hardware=hardware,
+        axes=list(definition.free_axes),
+        digest=digest,
+        entries=[],
+        scores=scores,
+        coverage=coverage,
+        definition_best=None,
+    )
+    ranking = table.ranking()
+    table.definition_best = ranking[0] if ranking else None
+    rank = {name: i for i, name in enumerate(ranking)}
+    table.entries = [_decide(key, timings[key], rank) for key in sorted(timings)]
+    table.model_post_init(None)
+    return table
+
+
+def _decide(key: Key, measurements: list[Measurement], rank: Mapping[str, int]) -> KeyEntry:
+    ranked = sorted(measurements, key=lambda m: (m.median_ms, m.solution))
+    best, others = ranked[0], ranked[1:]
+    if not others:
+        return KeyEntry(key=key, winner=best.solution, decided_by="only", ranked=ranked)
+    margin = min(o.p20_ms - best.p80_ms for o in others)
+    if margin > 0:
+        return KeyEntry(
+            key=key, winner=best.solution, decided_by="margin", margin_ms=margin, ranked=ranked
+        )
+    tied = [best, *(o for o in others if o.p20_ms <= best.p80_ms)]
+    winner = min(tied, key=lambda m: (rank.get(m.solution, len(rank)), m.solution))
+    return KeyEntry(
+        key=key, winner=winner.solution, decided_by="tie", margin_ms=margin, ranked=ranked
+    )

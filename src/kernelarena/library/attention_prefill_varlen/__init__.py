@@ -1,0 +1,135 @@
+"""attention_prefill_varlen: attention_prefill over sequences of different lengths packed along
+one axis, located by offsets (cu_seqlens), as flash_attn_varlen_func and FlashInfer's ragged
+prefill take them. Conventions as attention_prefill: GQA, causal mask bottom-right per sequence,
+o = 0 and lse = -inf for a query that sees no key, lse natural-log in float32, here laid out
+[total_q, q_heads]. Sequences of length 0 (queries or keys) are allowed.
+
+``make_inputs`` draws the lengths from the workload (``q_lens`` / ``kv_lens``, or random cut
+points of total_q and total_kv) and builds consistent offsets. No flops or bytes are declared:
+both depend on the lengths, which are data.
+"""
+
+import math
+from pathlib import Path
+
+from kernelarena.data import Tolerance
+from kernelarena.library._spec import (
+    OperatorSpec,
+    SolutionSpec,
+    Variant,
+    WorkloadSpec,
+    derived,
+    scalar,
+    tensor,
+    var,
+)
+
+# As attention_prefill (same arithmetic per sequence): P rounded to the input dtype before P @ V
+# and o rounded once; emulated errors stay within 1e-3 (fp16) and 4e-3 (bf16), bounds leave a
+# factor 2 to 2.5; lse is float32 throughout.
+_LSE = Tolerance(atol=5e-4, rtol=5e-5)
+_VARIANTS = (
+    Variant("fp16", {"dtype": "float16"}, {"o": Tolerance(atol=2e-3, rtol=2e-3), "lse": _LSE}),
+    Variant("bf16", {"dtype": "bfloat16"}, {"o": Tolerance(atol=1e-2, rtol=1e-2), "lse": _LSE}),
+)
+
+
+def _shape(sequences, total_q, total_kv, q_heads, kv_heads, head_dim):
+    return {
+        "len_indptr": sequences + 1,
+        "total_q": total_q,
+        "total_kv": total_kv,
+        "q_heads": q_heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+    }
+
+
+# (shape, causal, tags, params)
+_WORKLOADS = [
+    (
+        _shape(3, 40, 40, 2, 1, 64),
+        True,
+        ("smoke", "correctness"),
+        {"q_lens": [17, 0, 23], "kv_lens": [17, 0, 23]},
+    ),
+    (
+        _shape(2, 18, 50, 2, 2, 128),
+        False,
+        ("smoke", "correctness"),
+        {"q_lens": [1, 17], "kv_lens": [33, 17]},
+    ),
+    (
+        _shape(4, 60, 90, 4, 2, 64),
+        True,
+        ("correctness",),
+        {"q_lens": [20, 30, 0, 10], "kv_lens": [40, 0, 30, 20]},
+    ),
+    (_shape(3, 48, 48, 2, 1, 128), True, ("correctness",), {"layout": "packed_qkv"}),
+    (_shape(2, 40, 40, 2, 2, 64), False, ("correctness",), {"q_scale": 8.0}),
+    (_shape(0, 0, 0, 2, 1, 64), False, ("correctness",), {}),
+    (_shape(8, 6000, 9000, 16, 4, 128), True, ("correctness", "large"), {}),
+    (_shape(5, 3000, 3000, 8, 8, 64), False, ("correctness", "large"), {"layout": "packed_qkv"}),
+    (_shape(8, 16384, 16384, 32, 8, 128), True, ("performance", "large"), {}),
+    (_shape(16, 16384, 32768, 32, 8, 128), True, ("performance", "large"), {}),
+]
+
+OPERATOR = OperatorSpec(
+    name="attention_prefill_varlen",
+    op_type="attention",
+    description="attention_prefill over packed variable-length sequences (cu_seqlens offsets).",
+    folder=Path(__file__).parent,
+    axes={
+        "len_indptr": var("sequences + 1 (entries of each offsets tensor)"),
+        "batch": derived("len_indptr - 1", "sequences"),
+        "total_q": var("query tokens over all sequences"),
+        "total_kv": var("key/value tokens over all sequences"),
+        "q_heads": var("query heads"),
+        "kv_heads": var("key/value heads; divides q_heads"),
+        "head_dim": var("64 or 128"),
+    },
+    constraints=(
+        "len_indptr >= 1",
+        "kv_heads > 0 and q_heads % kv_heads == 0",
+        "head_dim == 64 or head_dim == 128",
+    ),
+    inputs={
+        "q": tensor(["total_q", "q_heads", "head_dim"], "{dtype}", "token rows may be strided"),
+        "k": tensor(["total_kv", "kv_heads", "head_dim"], "{dtype}", "token rows may be strided"),
+        "v": tensor(["total_kv", "kv_heads", "head_dim"], "{dtype}", "token rows may be strided"),
+        "cu_seqlens_q": tensor(
+            ["len_indptr"], "int32", "query offsets: 0, ..., total_q, non-decreasing"
+        ),
+        "cu_seqlens_k": tensor(["len_indptr"], "int32", "key/value offsets: 0, ..., total_kv"),
+        "sm_scale": scalar("float32", "multiplies q k^T before the softmax"),
+        "causal": scalar("bool", "mask aligned to the bottom-right corner of each sequence"),
+    },
+    outputs={
+        "o": tensor(["total_q", "q_heads", "head_dim"], "{dtype}"),
+        "lse": tensor(
+            ["total_q", "q_heads"], "float32", "natural-log log-sum-exp of the scaled scores"
+        ),
+    },
+    variants=_VARIANTS,
+    workloads=tuple(
+        WorkloadSpec(
+            shape, {"sm_scale": 1.0 / math.sqrt(shape["head_dim"]), "causal": causal}, tags, params
+        )
+        for shape, causal, tags, params in _WORKLOADS
+    ),
+    solutions=(
+        SolutionSpec(
+            "triton",
+            "triton",
+            "triton/attention_prefill_varlen.py::run",
+            targets=("cuda", "cpu"),
+            description="FlashAttention-2 loop per sequence; TMA bounded per sequence on sm_90.",
+        ),
+        SolutionSpec(
+            "flash_varlen",
+            "python",
+            "torch/flash_varlen.py::run",
+            description="torch's FlashAttention-2 varlen op (aten._flash_attention_forward).",
+        ),
+    ),
+)

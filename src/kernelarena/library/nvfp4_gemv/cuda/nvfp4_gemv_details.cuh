@@ -1,0 +1,276 @@
+// Device code of the NVFP4 GEMV (see nvfp4_gemv.cu for the design and the per-shape choices).
+//
+// Words: a "chunk" is 16 bytes of a row of A: 32 FP4 values, two scale blocks of 16, and the two
+// scale bytes of those blocks (adjacent in both scale layouts). Byte q of a chunk holds values 2q
+// (low nibble) and 2q + 1; so nibble i of 32-bit word w is value 8w + i.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nvfp4_gemv {
+
+constexpr int kMaxWarps = 8;  // per block; 2 blocks of 256 threads per SM at <= 128 registers
+constexpr int kMaxThreads = 32 * kMaxWarps;
+constexpr int kChunkBytes = 16;
+
+// PRMT tables, byte c for codes c = 0-7: 12 + 2 * e2m1(c) and 12 - 2 * e2m1(c). All bytes are
+// below 0x80, so PRMT's sign-replicate mode (selector nibble >= 8) turns them into 0.
+constexpr uint32_t kPositiveLow = 0x0F0E0D0Cu;
+constexpr uint32_t kPositiveHigh = 0x18141210u;
+constexpr uint32_t kNegativeLow = 0x090A0B0Cu;
+constexpr uint32_t kNegativeHigh = 0x00040608u;
+constexpr uint32_t kSignBits = 0x88888888u;
+// 1.5 * 2^23: an int32 n added to its bit pattern reads back as the float 12582912 + n, exactly.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagic = 12582912.0f;
+
+// A scale's byte offset: row part + column part + batch part, for both layouts. Offsets within a
+// batch are 32-bit (checked on the host): one IMAD per address instead of 64-bit arithmetic.
+struct ScaleLayout {
+  uint32_t r32, r4, r128;  // strides of row % 32, row / 32 % 4, row / 128
+  uint32_t c4, c_rest;     // strides of column % 4, column / 4
+  int64_t batch;
+  __device__ __forceinline__ uint32_t row(uint32_t i) const {
+    return (i & 31) * r32 + ((i >> 5) & 3) * r4 + (i >> 7) * r128;
+  }
+  __device__ __forceinline__ uint32_t column(uint32_t j) const { return (j & 3) * c4 + (j >> 2) * c_rest; }
+};
+
+struct Params {
+  const uint8_t* a;
+  const uint8_t* b;
+  const uint8_t* sfa;
+  const uint8_t* sfb;
+  __half* c;
+  uint32_t m;                // rows (< 2^31)
+  int64_t a_batch, b_batch;  // bytes
+  int64_t c_row, c_batch;    // elements
+  uint32_t a_row;            // bytes
+  ScaleLayout sfa_layout, sfb_layout;
+  int64_t items;            // l * tiles_per_batch work items, a tile of rows of one batch each
+  int32_t tiles_per_batch;
+  int32_t chunks;           // k / 32
+  int32_t k_warps;          // warps sharing a row (split over k), reduced through shared memory
+  int32_t passes;           // sweeps over k when a row exceeds k_warps * 32 * chunks per lane
+};
+
+__device__ __forceinline__ uint32_t prmt(uint32_t low, uint32_t high, uint32_t selector) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(low), "r"(high), "r"(selector));
+  return out;
+}
+
+// The 8 values of word x against the int8 vector words (2 * b of values 0-3 and 4-7), added to acc.
+// PRMT with x's nibbles as selectors gives 12 + 2a for non-negative codes and 0 for negative ones;
+// with the sign bits flipped, 12 - 2|a| for negative codes and 0 for the rest. Both go through dp4a
+// (the FMA-heavy pipe) instead of being OR-ed (the ALU pipe, the busier one): 7 ALU operations and
+// 4 dp4a per 8 values. The +12 offset is cancelled by the accumulator's starting value.
+__device__ __forceinline__ int dot8(uint32_t x, uint32_t b_low, uint32_t b_high, int acc, uint32_t positive,
+                                    uint32_t negative) {
+  const uint32_t flipped = x ^ kSignBits;
+  acc = __dp4a(static_cast<int>(prmt(positive, kPositiveHigh, x)), static_cast<int>(b_low), acc);
+  acc = __dp4a(static_cast<int>(prmt(negative, kNegativeHigh, flipped)), static_cast<int>(b_low), acc);
+  acc = __dp4a(static_cast<int>(prmt(positive, kPositiveHigh, x >> 16)), static_cast<int>(b_high), acc);
+  acc = __dp4a(static_cast<int>(prmt(negative, kNegativeHigh, flipped >> 16)), static_cast<int>(b_high), acc);
+  return acc;
+}
+
+// 8 values of the vector -> int8 bytes of 2 * b (values 0-3 in low, 4-7 in high).
+__device__ __forceinline__ void decode_vector_word(uint32_t x, uint32_t positive, uint32_t negative,
+                                                   uint32_t& low, uint32_t& high) {
+  const uint32_t flipped = x ^ kSignBits;
+  const uint32_t offset_low = prmt(positive, kPositiveHigh, x) | prmt(negative, kNegativeHigh, flipped);
+  const uint32_t offset_high =
+      prmt(positive, kPositiveHigh, x >> 16) | prmt(negative, kNegativeHigh, flipped >> 16);
+  // Bytes 12 + 2b in [0, 24]: (byte | 0x80) - 12 never borrows from the next byte and leaves
+  // 0x80 + 2b, whose top bit flipped is the int8 2b.
+  low = ((offset_low | 0x80808080u) - 0x0C0C0C0Cu) ^ 0x80808080u;
+  high = ((offset_high | 0x80808080u) - 0x0C0C0C0Cu) ^ 0x80808080u;
+}
+
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t bits) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xFFFF), __NV_E4M3);
+  return __half22float2(__half2(raw));
+}
+
+// A is read once: 16-byte loads that skip L1 (ld.global.nc.L1::no_allocate), predicated rather
+// than branched around. When ``use`` is false the registers keep whatever they held: harmless, since
+// such values meet a zero vector (chunks past the row) or are never stored (rows past m).
+__device__ __forceinline__ uint4 load_streaming(const uint8_t* p, bool use) {
+  uint4 v;
+  asm("{\n"
+      ".reg .pred use;\n"
+      "setp.ne.b32 use, %5, 0;\n"
+      "@use ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      "}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(use)));
+  return v;
+}
+
+// The two scale bytes of a chunk (0 when not used); through L1, which keeps the sectors that the
+// permuted layout shares between neighbouring rows.
+__device__ __forceinline__ uint32_t load_scale_pair(const uint8_t* p, bool use) {
+  unsigned short v = 0;
+  asm("{\n"
+      ".reg .pred use;\n"
+      "setp.ne.b32 use, %2, 0;\n"
+      "@use ld.global.nc.u16 %0, [%1];\n"
+      "}"
+      : "+h"(v)
+      : "l"(p), "r"(static_cast<int>(use)));
+  return v;
+}
+
+// The vector's share of one lane: per chunk, int8 2 * b, the dp4a start (magic - 12 * sum(2b))
+// and sfb / 4 with -magic * sfb / 4 per block (the block sums count 2a * 2b, four times a * b).
+template <int kChunks>
+struct Vector {
+  uint32_t b2[kChunks][8];
+  int start[kChunks][2];
+  float scale[kChunks][2];
+  float unmagic[kChunks][2];
+};
+
+template <int kChunks>
+struct Tile {
+  static constexpr int kRows = 4 / kChunks;
+  uint4 a[kRows][kChunks];
+  uint32_t s[kRows][kChunks];
+};
+
+struct Cursor {
+  int64_t batch;
+  uint32_t tile;
+};
+
+__device__ __forceinline__ Cursor advance(const Params& p, Cursor at) {
+  return ++at.tile == static_cast<uint32_t>(p.tiles_per_batch) ? Cursor{at.batch + 1, 0u} : at;
+}
+
+// This lane's chunks in the current pass. Chunks past the row are not read; their vector is zero.
+template <int kChunks>
+struct Lane {
+  bool valid[kChunks];
+  uint32_t a_offset[kChunks];    // byte offset of the chunk in its row of A (and of b)
+  uint32_t sfa_offset[kChunks];  // column part of the chunk's scale pair in sfa
+  uint32_t sfb_offset[kChunks];
+
+  __device__ __forceinline__ void set(const Params& p, int pass, int k_warp, int lane) {
+    const int32_t base = (pass * p.k_warps + k_warp) * 32 * kChunks + lane;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      valid[i] = base + 32 * i < p.chunks;
+      const uint32_t chunk = valid[i] ? base + 32 * i : 0;
+      a_offset[i] = chunk * kChunkBytes;
+      sfa_offset[i] = p.sfa_layout.column(2 * chunk);
+      sfb_offset[i] = p.sfb_layout.column(2 * chunk);
+    }
+  }
+};
+
+template <int kChunks>
+__device__ __forceinline__ void load_vector(const Params& p, const Lane<kChunks>& lane, int64_t batch,
+                                            uint32_t positive, uint32_t negative, Vector<kChunks>& v) {
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    uint32_t scales = 0;
+    if (lane.valid[i]) {
+      raw = __ldg(reinterpret_cast<const uint4*>(p.b + batch * p.b_batch + lane.a_offset[i]));
+      scales = load_scale_pair(p.sfb + batch * p.sfb_layout.batch + lane.sfb_offset[i], true);
+    }
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) decode_vector_word(words[w], positive, negative, v.b2[i][2 * w], v.b2[i][2 * w + 1]);
+    const float2 sfb = e4m3x2_to_float2(scales);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int sum = 0;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) sum = __dp4a(static_cast<int>(v.b2[i][4 * h + w]), 0x01010101, sum);
+      v.start[i][h] = kMagicBits - 12 * sum;
+      v.scale[i][h] = (h == 0 ? sfb.x : sfb.y) * 0.25f;
+      v.unmagic[i][h] = -kMagic * v.scale[i][h];  // exact: at most 6 significant bits
+    }
+  }
+}
+
+template <int kChunks>
+__device__ __forceinline__ void load_tile(const Params& p, const Lane<kChunks>& lane, Cursor at, uint32_t row0,
+                                          Tile<kChunks>& t) {
+  const uint8_t* a_batch = p.a + at.batch * p.a_batch;
+  const uint8_t* sfa_batch = p.sfa + at.batch * p.sfa_layout.batch;
+#pragma unroll
+  for (int r = 0; r < Tile<kChunks>::kRows; ++r) {
+    const uint32_t row = row0 + r;
+    const bool row_ok = row < p.m;
+    const uint8_t* a_row = a_batch + static_cast<uint64_t>(row) * p.a_row;
+    const uint8_t* sfa_row = sfa_batch + p.sfa_layout.row(row);
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      t.a[r][i] = load_streaming(a_row + lane.a_offset[i], row_ok && lane.valid[i]);
+      t.s[r][i] = load_scale_pair(sfa_row + lane.sfa_offset[i], row_ok && lane.valid[i]);
+    }
+  }
+}
+
+// Adds each row's share of this lane to acc. Per 16-value block: the dp4a sum n = sum 2a * 2b is
+// exact in int32 and, offset by the magic number, exact as a float; one FMA removes the offset
+// and scales (n * sfb / 4 has at most 16 significant bits: exact), one more adds times sfa.
+template <int kChunks>
+__device__ __forceinline__ void accumulate(const Tile<kChunks>& t, const Vector<kChunks>& v, uint32_t positive,
+                                           uint32_t negative, float (&acc)[Tile<kChunks>::kRows]) {
+#pragma unroll
+  for (int r = 0; r < Tile<kChunks>::kRows; ++r) {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const uint4 a = t.a[r][i];
+      int first = v.start[i][0];
+      int second = v.start[i][1];
+      first = dot8(a.x, v.b2[i][0], v.b2[i][1], first, positive, negative);
+      first = dot8(a.y, v.b2[i][2], v.b2[i][3], first, positive, negative);
+      second = dot8(a.z, v.b2[i][4], v.b2[i][5], second, positive, negative);
+      second = dot8(a.w, v.b2[i][6], v.b2[i][7], second, positive, negative);
+      const float2 sfa = e4m3x2_to_float2(t.s[r][i]);
+      acc[r] = fmaf(fmaf(__int_as_float(first), v.scale[i][0], v.unmagic[i][0]), sfa.x, acc[r]);
+      acc[r] = fmaf(fmaf(__int_as_float(second), v.scale[i][1], v.unmagic[i][1]), sfa.y, acc[r]);
+    }
+  }
+}
+
+// kRows partial sums a lane -> one row total a lane: halving exchanges (lanes with the mask bit
+// set keep the upper half of the rows) then a butterfly; kRows - 1 + 5 - log2(kRows) shuffles.
+// The row of lane L is (L >> (5 - log2(kRows))) & (kRows - 1).
+template <int kRows>
+__device__ __forceinline__ float transpose_reduce(float (&v)[kRows], int lane) {
+#pragma unroll
+  for (int width = kRows, mask = 16; width > 1; width >>= 1, mask >>= 1) {
+    const bool upper = (lane & mask) != 0;
+#pragma unroll
+    for (int i = 0; i < width / 2; ++i) {
+      const float send = upper ? v[i] : v[i + width / 2];
+      const float keep = upper ? v[i + width / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+    }
+  }
+  float total = v[0];
+#pragma unroll
+  for (int mask = 16 / kRows; mask >= 1; mask >>= 1) total += __shfl_xor_sync(0xffffffffu, total, mask);
+  return total;
+}
+
+template <int kRows>
+constexpr int log2_rows() {
+  return kRows == 4 ? 2 : kRows == 2 ? 1 : 0;
+}
+
+__device__ __forceinline__ void store_row(const Params& p, int64_t batch, uint32_t row, float value) {
+  if (row < p.m) p.c[batch * p.c_batch + row * p.c_row] = __float2half_rn(value);
+}
+
+}  // namespace nvfp4_gemv

@@ -1,0 +1,38 @@
+"""On a GPU: winners in every language run in-process through apply with CUDA tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernelarena
+import kernelarena.ops as ops
+from kernelarena.library import load_library
+from kernelarena.testing import assert_close
+from tests.dispatch.toys import add, timed, workload
+
+pytestmark = pytest.mark.gpu
+
+
+def test_cuda_winners_of_three_languages_run_in_process() -> None:
+    library = load_library()
+    definition = library.definitions["scale_bf16"]
+    gpu = torch.cuda.get_device_name(0)
+    solutions = {s: library.solutions[f"scale_bf16_{s}"] for s in ("triton", "cuda", "torch_eager")}
+    winners = {(8, 1024): "triton", (4096, 4096): "cuda", (64, 64): "torch_eager"}
+    for (rows, cols), winner in winners.items():
+        load = workload(definition, rows=rows, cols=cols)
+        add(
+            library,
+            *(
+                timed(definition, solution, load, 1.0 if name == winner else 9.0, hardware=gpu)
+                for name, solution in solutions.items()
+            ),
+        )
+    runtime = kernelarena.enable_apply(library)
+    for rows, cols in [*winners, (9, 1000)]:  # the last: nearest measured is 8 x 1024
+        x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+        expected = (x.float() * 1.5).to(torch.bfloat16)
+        assert_close(ops.scale(x, 1.5), expected, 1e-2, 1e-2)
+    built = {name for name, device in runtime._runnables if device.startswith("cuda")}
+    assert built == {f"scale_bf16_{w}" for w in winners.values()}

@@ -1,0 +1,411 @@
+"""attention_prefill, attention_prefill_varlen and attention_decode.
+
+Every solution runs the library's own workloads (the ones ``kernelarena run`` uses) on inputs the
+engine would draw (``generate_inputs``: standard normal, then the reference's ``make_inputs``,
+which lays out strided q/k/v, packs sequences with offsets and draws cache lengths), with outputs
+poisoned by NaN before the call and inputs checked unchanged after it, against the float32
+reference under the definition's tolerances. The tolerance table and its reasons live in
+``library/attention_prefill/__init__.py`` (P rounded to the input dtype before P @ V, o rounded
+once; lse float32). -inf in lse (a query that sees no key) must match by position.
+
+On CPU (Triton interpreter): every workload not tagged ``large``: seq 1 and 17, head_dim 64 and
+128, GQA, causal with seq_q < seq_kv and seq_q > seq_kv (rows that see no key), a sharp softmax,
+strided (BSHD, packed QKV) layouts, batch 0, seq_kv 0, varlen with zero-length sequences, decode
+with an empty cache. The Triton solutions pick their portable path there (masked pointer loads);
+the Hopper path (per-head TMA descriptors whose bounds do the masking) is forced on as well, since
+the interpreter emulates descriptors, so its indexing is checked without a GPU (on a GPU the
+pointer path is forced instead). The sm_90 binaries are also compiled here (Triton's ptxas needs
+no GPU) and checked for wgmma, TMA and cp.async.
+
+One interpreter-only switch: the interpreter multiplies bfloat16 bit patterns in ``tl.dot``
+(triton-lang/triton#11584), so in bfloat16 the kernels widen their tiles to float32 there, after
+the same rounding of P to bfloat16 (the interpreter's float32 -> bfloat16 cast truncates rather
+than rounds: up to one output ulp instead of half, inside the tolerance).
+
+On a GPU (``gpu``): every workload, odd lengths 1, 17, 1000 and 3000, both dtypes and head dims,
+one seq 4096 case; and every peer (torch SDPA backends), which skips the cases its backend
+refuses, with the backend's message (a shape all backends take must pass without refusal).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+
+import pytest
+import torch
+
+from kernelarena.build import Runnable
+from kernelarena.data import Workload
+from kernelarena.evaluate.compare import compare, inputs_unchanged
+from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
+from kernelarena.library import load_library
+from kernelarena.testing import build, library_definition
+
+OPERATORS = ("attention_prefill", "attention_prefill_varlen", "attention_decode")
+DTYPES = ("fp16", "bf16")
+PEERS = {
+    "attention_prefill": ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient"),
+    "attention_prefill_varlen": ("flash_varlen",),
+    "attention_decode": ("sdpa_efficient",),
+}
+
+
+def workloads(definition: str, large: bool) -> list[Workload]:
+    chosen = load_library().workloads_for(definition, tags=("smoke", "correctness"))
+    return [w for w in chosen if large or "large" not in (w.tags or [])]
+
+
+def workload_cases(large: bool) -> list:
+    cases = []
+    for operator in OPERATORS:
+        for dtype in DTYPES:
+            name = f"{operator}_{dtype}"
+            for workload in workloads(name, large):
+                label = (
+                    f"{name}-{'-'.join(f'{v}' for v in workload.axes.values())}-{workload.uuid[:6]}"
+                )
+                cases.append(pytest.param(name, workload, id=label))
+    return cases
+
+
+@functools.cache
+def runnable(definition: str, solution: str, device: str) -> Runnable:
+    return build(definition, solution, device)
+
+
+def launcher(definition: str, device: str):
+    """The Triton solution module's ``launch`` (``run`` with its choices open)."""
+    return sys.modules[runnable(definition, "triton", device).fn.__module__].launch
+
+
+def check(
+    definition_name: str,
+    workload: Workload,
+    device: str,
+    call=None,
+    solution: str = "triton",
+    salt: str = "test",
+) -> None:
+    """Draw inputs, poison outputs, call (``call`` or the built solution), compare with the
+    reference."""
+    definition = library_definition(definition_name)
+    axes = definition.resolve_axes(workload.axes)
+    reference = load_reference(definition)
+    inputs = generate_inputs(
+        definition,
+        workload,
+        axes,
+        torch.device(device),
+        seed_for(workload, salt),
+        reference.get("make_inputs"),
+    )
+    arguments = [inputs[name] for name in definition.inputs]
+    before = [a.clone() if isinstance(a, torch.Tensor) else a for a in arguments]
+    with torch.no_grad():
+        expected = reference["run"](
+            *[a.clone() if isinstance(a, torch.Tensor) else a for a in arguments]
+        )
+    outputs = allocate_outputs(definition, axes, torch.device(device))  # NaN-poisoned
+    (call or runnable(definition_name, solution, device))(*arguments, *outputs.values())
+    label = f"{definition_name} {solution} {axes} {workload.params or {}}"
+    for name, old, new in zip(definition.inputs, before, arguments):
+        if isinstance(old, torch.Tensor):
+            assert inputs_unchanged(name, old, new) is None, f"{label}: input {name} changed"
+    for (name, produced), wanted in zip(outputs.items(), expected):
+        spec = definition.outputs[name]
+        result = compare(name, produced, wanted, spec.dtype, definition.tolerance_for(name))
+        assert result.ok, f"{label}: {result.describe()}"
+
+
+# -- definitions and inputs ----------------------------------------------------------------------
+
+
+def test_definitions_workloads_and_solutions() -> None:
+    library = load_library()
+    for operator in OPERATORS:
+        for dtype in DTYPES:
+            name = f"{operator}_{dtype}"
+            definition = library.definitions[name]
+            assert definition.outputs["lse"].dtype.value == "float32"
+            for output in ("o", "lse"):
+                assert definition.tolerance_for(output).atol > 0, f"{name}: {output} tolerance"
+            for suite in ("smoke", "performance"):
+                assert library.workloads_for(name, tags=(suite,)), f"{name}: no {suite} workload"
+            for solution in ("triton", *PEERS[operator]):
+                assert f"{name}_{solution}" in library.solutions
+    with pytest.raises(ValueError, match="constraint"):
+        library_definition("attention_prefill_bf16").resolve_axes(
+            {"batch": 1, "q_heads": 6, "kv_heads": 4, "seq_q": 8, "seq_kv": 8, "head_dim": 128}
+        )
+
+
+def test_reference_matches_torch_sdpa_math() -> None:
+    """The reference (chunked, bottom-right causal) against torch's math SDPA in float64 with an
+    explicit bottom-right mask, including GQA and rows that see no key."""
+    reference = load_reference(library_definition("attention_prefill_fp16"))
+    generator = torch.Generator().manual_seed(0)
+    for seq_q, seq_kv, causal in ((9, 9, True), (5, 12, True), (12, 5, True), (7, 11, False)):
+        q = torch.randn(2, 4, seq_q, 64, generator=generator).half()
+        k = torch.randn(2, 2, seq_kv, 64, generator=generator).half()
+        v = torch.randn(2, 2, seq_kv, 64, generator=generator).half()
+        o, lse = reference["run"](q, k, v, 0.125, causal)
+        visible = torch.ones(seq_q, seq_kv, dtype=torch.bool)
+        if causal:
+            visible = torch.ones(seq_q, seq_kv, dtype=torch.bool).tril(diagonal=seq_kv - seq_q)
+        k64, v64 = (t.double().repeat_interleave(2, dim=1) for t in (k, v))
+        scores = (q.double() @ k64.transpose(-1, -2) * 0.125).masked_fill(~visible, -math.inf)
+        seen = visible.any(-1)
+        want_o = torch.nn.functional.scaled_dot_product_attention(
+            q.double()[:, :, seen], k64, v64, attn_mask=visible[seen], scale=0.125
+        )
+        torch.testing.assert_close(o[:, :, seen].double(), want_o, atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(lse.double(), torch.logsumexp(scores, -1), atol=1e-5, rtol=1e-5)
+        assert bool((o[:, :, ~seen] == 0).all()) and bool((lse[:, :, ~seen] == -math.inf).all())
+
+
+def test_make_inputs_offsets_and_lengths() -> None:
+    varlen = library_definition("attention_prefill_varlen_bf16")
+    reference = load_reference(varlen)
+    generator = torch.Generator().manual_seed(1)
+    axes = varlen.resolve_axes(
+        {
+            "len_indptr": 6,
+            "total_q": 50,
+            "total_kv": 70,
+            "q_heads": 2,
+            "kv_heads": 1,
+            "head_dim": 64,
+        }
+    )
+    inputs = {"q": torch.zeros(50, 2, 64), "k": torch.zeros(70, 1, 64), "v": torch.zeros(70, 1, 64)}
+    made = reference["make_inputs"](axes, inputs, {}, generator, "cpu")
+    for name, total in (("cu_seqlens_q", 50), ("cu_seqlens_k", 70)):
+        offsets = made[name]
+        assert offsets.dtype == torch.int32 and offsets.shape == (6,)
+        assert offsets[0] == 0 and offsets[-1] == total and bool((offsets.diff() >= 0).all())
+    with pytest.raises(ValueError):
+        reference["make_inputs"](axes, inputs, {"q_lens": [10, 10]}, generator, "cpu")
+    decode = library_definition("attention_decode_fp16")
+    axes = decode.resolve_axes(
+        {"batch": 64, "q_heads": 4, "kv_heads": 1, "max_seq": 30, "head_dim": 64}
+    )
+    made = load_reference(decode)["make_inputs"](
+        axes,
+        {"k_cache": torch.zeros(1), "v_cache": torch.zeros(1)},
+        {"min_len": 3},
+        generator,
+        "cpu",
+    )
+    lengths = made["seq_lens"]
+    assert lengths.dtype == torch.int32 and int(lengths.min()) >= 3 and int(lengths.max()) <= 30
+
+
+# -- Triton on CPU (interpreter) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("definition", "workload"), workload_cases(large=False))
+def test_triton(definition: str, workload: Workload, device: torch.device) -> None:
+    check(definition, workload, str(device))
+
+
+@pytest.mark.parametrize("operator", ["attention_prefill", "attention_prefill_varlen"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_triton_other_path(operator: str, dtype: str, device: torch.device) -> None:
+    """The path a device does not take by itself, on every small workload: on CPU the sm_90 path
+    (descriptors bounded by each head's or sequence's length, emulated by the interpreter); on a
+    GPU the masked pointer loads (the fallback for misaligned strides and pre-Hopper GPUs)."""
+    if device.type == "cuda" and dtype == "fp16":
+        pytest.skip("on a GPU one dtype covers the fallback path (each case is another compile)")
+    name = f"{operator}_{dtype}"
+    use_tma = device.type != "cuda"
+    launch = launcher(name, str(device))
+    for workload in workloads(name, large=False):
+        axes = library_definition(name).resolve_axes(workload.axes)
+        if use_tma and operator == "attention_prefill" and axes["seq_kv"] == 0:
+            continue  # the solution never builds descriptors over an empty sequence
+        check(
+            name,
+            workload,
+            str(device),
+            call=functools.partial(launch, use_tma=use_tma),
+            salt="path",
+        )
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_decode_splits(splits: int, device: torch.device) -> None:
+    """One split writes the output directly; several go through the combine kernel, including
+    splits that lie wholly past a sequence's end (lengths 0 and 1 in a 33-position cache)."""
+    for dtype in DTYPES:
+        name = f"attention_decode_{dtype}"
+        launch = launcher(name, str(device))
+        for workload in load_library().workloads_for(name, tags=("smoke",)):
+            check(
+                name,
+                workload,
+                str(device),
+                call=functools.partial(launch, num_splits=splits),
+                salt="splits",
+            )
+
+
+# The sm_90 code the GPU will run, compiled here (Triton's bundled ptxas needs no GPU): a change
+# that breaks the Hopper build fails on CPU, and the instructions that carry the speed are there.
+SM90_KERNELS = [  # (solution file, kernel, tile dtype, constexprs, options, PTX instructions)
+    (
+        "attention_prefill/triton/attention_prefill.py",
+        "_prefill_kernel",
+        "bf16",
+        dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, USE_TMA=True),
+        dict(num_warps=8, num_stages=2),
+        ("wgmma.mma_async", "cp.async.bulk.tensor"),
+    ),
+    (
+        "attention_prefill_varlen/triton/attention_prefill_varlen.py",
+        "_varlen_kernel",
+        "fp16",
+        dict(HEAD_DIM=64, BLOCK_M=128, BLOCK_N=128, BATCH_PAD=16, CAUSAL=True, USE_TMA=True),
+        dict(num_warps=8, num_stages=3),
+        ("wgmma.mma_async", "cp.async.bulk.tensor"),
+    ),
+    (
+        "attention_decode/triton/attention_decode.py",
+        "_decode_split_kernel",
+        "bf16",
+        dict(HEAD_DIM=128, GROUP_PAD=16, BLOCK_N=64, SINGLE_SPLIT=False),
+        dict(num_warps=4, num_stages=3),
+        ("mma.sync", "cp.async.cg"),
+    ),
+]
+
+
+_COMPILE_SM90 = """
+import importlib.util, inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+missing = {}
+FLOAT32 = ("lse_ptr", "part_o_ptr", "part_lse_ptr")
+INT32 = ("cu_q_ptr", "cu_k_ptr", "seq_lens_ptr")
+for path, name, dtype, constexprs, options, expected in json.loads(sys.argv[1]):
+    spec = importlib.util.spec_from_file_location("sm90_" + name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = getattr(module, name)
+    params = list(inspect.signature(kernel.fn).parameters)
+    constexprs["DOT_F32"] = False
+    pointers = {p: "*fp32" if p in FLOAT32 else "*i32" if p in INT32 else "*" + dtype
+                for p in params if p.endswith("_ptr")}
+    scalars = {"qk_scale": "fp32"}
+    signature = {p: "constexpr" if p in constexprs else pointers.get(p, scalars.get(p, "i32"))
+                 for p in params}
+    # What the JIT infers for aligned tensors at launch: 16-divisible pointers and strides.
+    fixed = set(kernel.do_not_specialize or ()) | set(constexprs)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params)
+             if (p in pointers or p.startswith("stride")) and p not in fixed}
+    source = ASTSource(fn=kernel, signature=signature, attrs=attrs,
+                       constexprs={(params.index(k),): v for k, v in constexprs.items()})
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    missing[name] = [i for i in expected if i not in ptx]
+print(json.dumps(missing))
+"""
+
+
+@pytest.mark.slow
+def test_triton_compiles_for_sm90(device: torch.device) -> None:
+    """In a fresh process (the interpreter, which this one runs, cannot also compile)."""
+    if device.type == "cuda":
+        pytest.skip("on a GPU the tests above compile and run these kernels")
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import kernelarena.library
+
+    folder = Path(kernelarena.library.__file__).parent
+    cases = [[str(folder / path), *rest] for path, *rest in SM90_KERNELS]
+    environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SM90, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"compiling for sm_90 failed:\n{done.stderr[-3000:]}"
+    missing = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not any(missing.values()), f"instructions missing from the sm_90 PTX: {missing}"
+
+
+# -- GPU -------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("definition", "workload"),
+    [c for c in workload_cases(large=True) if "large" in (c.values[1].tags or [])],
+)
+def test_triton_gpu_large(definition: str, workload: Workload) -> None:
+    check(definition, workload, "cuda")
+
+
+def peer_cases() -> list:
+    cases = []
+    for case in workload_cases(large=True):
+        definition, workload = case.values
+        for peer in PEERS[definition.rsplit("_", 1)[0]]:
+            cases.append(pytest.param(definition, workload, peer, id=f"{case.id}-{peer}"))
+    return cases
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("definition", "workload", "peer"), peer_cases())
+def test_peers_gpu(definition: str, workload: Workload, peer: str) -> None:
+    """A backend may refuse a case (cuDNN's top-left causal mask, a length it has no kernel for):
+    that is the peer's limit, reported as a skip with the backend's message; wrong numbers fail."""
+    try:
+        check(definition, workload, "cuda", solution=peer)
+    except (NotImplementedError, RuntimeError) as refused:
+        pytest.skip(f"{peer} refuses {workload.axes}: {type(refused).__name__}: {refused}"[:400])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_peers_gpu_common_shape(dtype: str) -> None:
+    """The shape every backend supports (equal lengths, MHA, seq 1024): no refusal allowed."""
+    scale = 128**-0.5
+    for operator, axes, scalars in (
+        (
+            "attention_prefill",
+            dict(batch=2, q_heads=8, kv_heads=8, seq_q=1024, seq_kv=1024, head_dim=128),
+            dict(sm_scale=scale, causal=True),
+        ),
+        (
+            "attention_prefill_varlen",
+            dict(len_indptr=3, total_q=2048, total_kv=2048, q_heads=8, kv_heads=8, head_dim=128),
+            dict(sm_scale=scale, causal=True),
+        ),
+        (
+            "attention_decode",
+            dict(batch=4, q_heads=8, kv_heads=8, max_seq=1024, head_dim=128),
+            dict(sm_scale=scale),
+        ),
+    ):
+        workload = Workload(
+            axes=axes,
+            uuid=f"common-{operator}",
+            inputs={
+                name: (
+                    {"type": "scalar", "value": scalars[name]}
+                    if name in scalars
+                    else {"type": "random"}
+                )
+                for name in library_definition(f"{operator}_{dtype}").inputs
+            },
+        )
+        for peer in PEERS[operator]:
+            check(f"{operator}_{dtype}", workload, "cuda", solution=peer)
