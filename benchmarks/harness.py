@@ -115,7 +115,15 @@ def run(
             providers = factory()
         except Exception as error:  # a case that cannot be set up is a row, not the end of the run
             status = "skipped" if isinstance(error, Unsupported) else "error"
-            rows.append(Row(case.label, "*", case.params, status, note=f"{type(error).__name__}: {error}"[:300]))
+            rows.append(
+                Row(
+                    case.label,
+                    "*",
+                    case.params,
+                    status,
+                    note=f"{type(error).__name__}: {error}"[:300],
+                )
+            )
             continue
         timings: dict[str, Timing | Exception] = {}
         for provider, fn in providers.items():
