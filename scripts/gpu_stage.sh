@@ -21,6 +21,18 @@ case "$stage" in
     log "engine copy"; timeout 200 python3 benchmarks/bench_engine.py --skip-rmsnorm 2>&1 | tee "$OUT/engine.txt"
     cp benchmarks/results/engine_*.json "$OUT/" 2>/dev/null
     ;;
+  tests)
+    log "gpu tests"
+    timeout 540 python3 -m pytest -q -m gpu -n 4 --timeout 300 -p no:cacheprovider -rf \
+      --junitxml="$OUT/gpu-tests.xml" tests/library tests/dispatch tests/evaluate 2>&1 | tee "$OUT/gpu-tests.txt" | tail -60
+    ;;
+  benchmarks)
+    for bench in ${BENCHES:-nvfp4_gemv norms activations attention linear_act}; do
+      log "bench $bench"; timeout ${BENCH_TIMEOUT:-240} python3 benchmarks/bench_$bench.py ${BENCH_ARGS:-} > "$OUT/bench_$bench.txt" 2>&1
+      tail -25 "$OUT/bench_$bench.txt"
+    done
+    cp benchmarks/results/*.json "$OUT/" 2>/dev/null
+    ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
 log "done"
