@@ -31,7 +31,7 @@ case "$stage" in
       log "bench $bench"; timeout ${BENCH_TIMEOUT:-240} python3 benchmarks/bench_$bench.py ${BENCH_ARGS:-} > "$OUT/bench_$bench.txt" 2>&1
       tail -25 "$OUT/bench_$bench.txt"
     done
-    cp benchmarks/results/*.json "$OUT/" 2>/dev/null
+    tar czf "$OUT/results.tgz" benchmarks/results
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac

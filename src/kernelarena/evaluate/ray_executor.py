@@ -83,7 +83,7 @@ class EvaluationHost:
             "node_id": ray.get_runtime_context().get_node_id(),
             "device": f"{host}:cuda:{','.join(gpu_ids)}" if gpu_ids else f"{host}:cpu",
         }
-        self.blob_dir = Path(tempfile.mkdtemp(prefix="kernelarena-blobs-"))
+        self.blob_dir: Path | None = None  # made when a job first brings safetensors files
 
     def start(self) -> dict[str, Any]:
         """Start the evaluation worker; return its environment and where this actor runs."""
@@ -105,11 +105,14 @@ class EvaluationHost:
 
     def shutdown(self) -> None:
         self.executor.close()
-        shutil.rmtree(self.blob_dir, ignore_errors=True)
+        if self.blob_dir is not None:
+            shutil.rmtree(self.blob_dir, ignore_errors=True)
 
     def _materialize(self, origin: str | None, blobs: dict[str, Any]) -> Path:
         """Write shipped safetensors files under a folder named after the dataset they came from."""
         ray = import_ray()
+        if self.blob_dir is None:
+            self.blob_dir = Path(tempfile.mkdtemp(prefix="kernelarena-blobs-"))
         root = self.blob_dir / hashlib.sha256(str(origin).encode()).hexdigest()[:16]
         for relative, ref in blobs.items():
             target = root / relative
@@ -152,7 +155,8 @@ class RayExecutor:
     """Run jobs on a Ray cluster; the same interface as LocalExecutor (start, run, close).
 
     Args:
-        address: the cluster: ``None`` (``$RAY_ADDRESS``, else a Ray started on this machine),
+        address: the cluster: ``None`` (Ray's default: ``$RAY_ADDRESS``, else the cluster started
+            on this machine with ``ray start``, else a new Ray on this machine for this run),
             ``"auto"`` (the cluster this machine belongs to) or ``"ray://host:10001"`` (Ray Client).
             If Ray is already initialised in this process, that connection is used as it is.
         timeouts: build, run and worker-startup limits, enforced by the LocalExecutor on each node.
@@ -273,6 +277,9 @@ class RayExecutor:
             self._kill(actor)
         self._actors = []
         self._blob_refs = {}
+        self._environments = []  # a new list: a summary that holds the old one keeps it
+        self._start_failures = 0
+        self._last_start_error = ""
         if self._owns_connection:
             self._ray.shutdown()
             self._owns_connection = False
