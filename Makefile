@@ -27,7 +27,7 @@ lint: $(VENV)/.dev
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q -n 2 --durations=15
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15
 
 clean:
 	rm -rf $(VENV)

@@ -52,7 +52,7 @@ from kernelarena.data import (
     Workload,
 )
 from kernelarena.evaluate.environment import hardware_name
-from kernelarena.evaluate.evaluator import make_trace
+from kernelarena.evaluate.options import make_trace
 
 BAR_NS = 1000.0
 Loop = Callable[[int], None]

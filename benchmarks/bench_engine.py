@@ -39,7 +39,7 @@ from kernelarena.data import (
     Workload,
 )
 from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.evaluator import Options
+from kernelarena.evaluate.options import Options
 
 BATCHES = (1, 8, 32, 128, 512, 1024, 4096, 8192)
 RMSNORM_SOLUTIONS = ("triton", "cuda", "torch_eager")

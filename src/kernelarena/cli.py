@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -14,7 +14,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kernelarena.data import DatasetError, TraceSet
 from kernelarena.datasets import load_default, user_dataset_root
 from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.local import LocalExecutor
 from kernelarena.evaluate.runner import Executor
+
+if TYPE_CHECKING:
+    from kernelarena.evaluate.ray_executor import RayExecutor
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 dispatch_app = typer.Typer(
@@ -162,19 +166,58 @@ def run(
     address: Annotated[
         Optional[str], typer.Option(help="Ray address for --executor ray (auto, ray://host:port)")
     ] = None,
+    ray_resources: Annotated[
+        Optional[str],
+        typer.Option(
+            "--ray-resources",
+            help="Ray resources each job asks for besides its GPU, as JSON: '{\"H100\": 1}'",
+        ),
+    ] = None,
+    ray_accelerator: Annotated[
+        Optional[str],
+        typer.Option(
+            "--ray-accelerator", help="GPU model the Ray jobs need: H100, H200, A100, ..."
+        ),
+    ] = None,
+    ray_label: Annotated[
+        Optional[list[str]],
+        typer.Option("--ray-label", help="node label KEY=VALUE the Ray jobs need (repeatable)"),
+    ] = None,
+    ray_workers: Annotated[
+        Optional[int],
+        typer.Option("--ray-workers", help="Ray actors to start (default: as many as fit)"),
+    ] = None,
 ) -> None:
     """Evaluate solutions on workloads: build, check, time, and append a trace for each."""
     from kernelarena.evaluate.devices import resolve_devices
-    from kernelarena.evaluate.evaluator import Options
+    from kernelarena.evaluate.options import Options
     from kernelarena.evaluate.runner import PlanError, failed_statuses, plan, run_jobs
     from kernelarena.report.console import failure_details, run_tables
 
     out = errors if as_json else console
-    combined, user = load_default(dataset)
-    _warn_problems(combined)
+    timeouts = Timeouts(build_s=build_timeout, run_s=timeout)
+    runner_executor: Executor | None = None
     try:
-        devices = resolve_devices(device)
-        on_gpu = any(d.startswith("cuda") for d in devices)
+        if executor == "ray":
+            # The cluster decides where jobs run, and so whether the plan is for GPUs: a laptop
+            # without one still plans the GPU suites for a Ray head on a GPU box.
+            ray_executor = _ray_executor(
+                address, device, timeouts, ray_resources, ray_accelerator, ray_label, ray_workers
+            )
+            runner_executor = ray_executor
+            on_gpu = ray_executor.uses_gpu()
+            devices = [
+                f"the Ray cluster at {address or 'this machine'} ({'GPU' if on_gpu else 'CPU'})"
+            ]
+        else:
+            if ray_resources or ray_accelerator or ray_label or ray_workers:
+                raise ValueError("--ray-* options need --executor ray")
+            devices = resolve_devices(device)
+            on_gpu = any(d.startswith("cuda") for d in devices)
+            runner_executor = _executor(executor, devices, timeouts)
+            runner_executor.launch()  # workers import torch while this process loads the datasets
+        combined, user = load_default(dataset)
+        _warn_problems(combined)
         options = Options(trials=trials, timing=not no_timing)
         jobs = plan(
             combined,
@@ -184,11 +227,11 @@ def run(
             on_gpu,
             options,
         )
-    except (PlanError, ValueError) as error:
+    except (PlanError, ValueError, ImportError, RuntimeError, ConnectionError) as error:
+        if runner_executor is not None:
+            runner_executor.close()
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
-    timeouts = Timeouts(build_s=build_timeout, run_s=timeout)
-    runner_executor = _executor(executor, address, devices, timeouts)
     out.print(f"{len(jobs)} jobs on {', '.join(devices)}; traces go to {user.root}")
     with Progress(
         TextColumn("{task.description}"),
@@ -246,17 +289,48 @@ def run(
         raise typer.Exit(1)
 
 
-def _executor(kind: str, address: str | None, devices: list[str], timeouts: Timeouts) -> Executor:
-    from kernelarena.evaluate.local import LocalExecutor
-
+def _executor(kind: str, devices: list[str], timeouts: Timeouts) -> LocalExecutor:
     if kind == "local":
         return LocalExecutor(devices, timeouts)
-    if kind == "ray":
-        from kernelarena.evaluate.ray_executor import RayExecutor
-
-        return RayExecutor(address=address, timeouts=timeouts)  # type: ignore[no-any-return]
     errors.print(f"[red]--executor: '{kind}' is not 'local' or 'ray'[/red]")
     raise typer.Exit(2)
+
+
+def _ray_executor(
+    address: str | None,
+    device: str | None,
+    timeouts: Timeouts,
+    resources: str | None,
+    accelerator: str | None,
+    labels: list[str] | None,
+    workers: int | None,
+) -> RayExecutor:
+    from kernelarena.evaluate.ray_executor import RayExecutor
+
+    if device not in (None, "", "auto", "cpu", "cuda"):
+        raise ValueError(
+            f"--device '{device}' with --executor ray: give auto, cpu or cuda; Ray assigns the GPUs"
+        )
+    asked = json.loads(resources) if resources else {}  # a JSONDecodeError is a ValueError
+    if not isinstance(asked, dict):
+        raise ValueError(
+            f"--ray-resources: a JSON object such as '{{\"H100\": 1}}', not {resources}"
+        )
+    selector = {}
+    for label in labels or []:
+        key, equals, value = label.partition("=")
+        if not equals:
+            raise ValueError(f"--ray-label: '{label}' is not KEY=VALUE")
+        selector[key] = value
+    return RayExecutor(
+        address=address,
+        timeouts=timeouts,
+        device=device or "auto",
+        resources=asked,
+        accelerator_type=accelerator,
+        label_selector=selector,
+        workers=workers,
+    )
 
 
 @app.command()

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from kernelarena.data import Environment, Performance, Status, TraceSet
-from kernelarena.evaluate.evaluator import make_trace
 from kernelarena.evaluate.inputs import generate_inputs
+from kernelarena.evaluate.options import make_trace
 from tests.data import peer_dataset
 
 

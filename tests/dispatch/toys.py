@@ -27,7 +27,7 @@ from kernelarena.data import (
     Workload,
 )
 from kernelarena.evaluate.environment import hardware_name
-from kernelarena.evaluate.evaluator import make_trace
+from kernelarena.evaluate.options import make_trace
 
 CPU = hardware_name(torch.device("cpu"))
 OTHER_GPU = "NVIDIA Imaginary 9000"

@@ -6,8 +6,8 @@ import pytest
 
 from kernelarena.data import Status
 from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.evaluator import Options
 from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.options import Options
 from tests.evaluate.bad_solutions import CPU_CASES, GPU_CASES, trace_set
 
 

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from kernelarena.data import Trace, TraceSet
 from kernelarena.evaluate.devices import resolve_devices
-from kernelarena.evaluate.evaluator import Options
 from kernelarena.evaluate.jobs import Timeouts
 from kernelarena.evaluate.local import LocalExecutor
+from kernelarena.evaluate.options import Options
 from kernelarena.evaluate.runner import RunSummary, plan, run_jobs
 from kernelarena.registry import add_registered
 

@@ -12,7 +12,7 @@ from kernelarena.evaluate.timing import time_cpu, time_cuda
 
 
 def measure_ceilings(
-    device: torch.device, *, copy_bytes: int = 1 << 30, matmul_size: int = 8192
+    device: torch.device, *, copy_bytes: int = 1 << 29, matmul_size: int = 8192
 ) -> dict[str, float]:
     if device.type == "cuda":
         return _cuda_ceilings(device, copy_bytes, matmul_size)
@@ -34,7 +34,7 @@ def _cuda_copy_ms(device: torch.device, copy_bytes: int) -> float:
     source = torch.randint(0, 255, (copy_bytes,), dtype=torch.uint8, device=device)
     target = torch.empty_like(source)
     timing = time_cuda(
-        lambda _: target.copy_(source), device, warmup=5, max_iterations=30, flush_l2=False
+        lambda _: target.copy_(source), device, warmup=3, max_iterations=20, flush_l2=False
     )
     return timing.median_ms
 
@@ -44,7 +44,7 @@ def _cuda_matmul_ms(device: torch.device, size: int) -> float:
     a = torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=generator)
     b = torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=generator)
     timing = time_cuda(
-        lambda _: torch.mm(a, b), device, warmup=5, max_iterations=20, flush_l2=False
+        lambda _: torch.mm(a, b), device, warmup=3, max_iterations=10, flush_l2=False
     )
     return timing.median_ms
 

@@ -40,4 +40,7 @@ def resolve_devices(requested: str | None) -> list[str]:
     for device in devices:
         if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
             raise ValueError(f"--device: '{device}' is not 'cpu', 'cuda' or 'cuda:N'")
+        if device != "cpu" and devices.count(device) > 1:
+            # Two workers timing on one GPU disturb each other's numbers ('cpu,cpu' is a dry run).
+            raise ValueError(f"--device: '{device}' is listed twice")
     return devices

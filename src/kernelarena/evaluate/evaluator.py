@@ -9,7 +9,6 @@ outputs again, so a solution that caches results by input address or content is 
 
 from __future__ import annotations
 
-import datetime as _dt
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,14 +22,12 @@ from kernelarena.data import (
     Correctness,
     Definition,
     Environment,
-    Evaluation,
     Language,
     Performance,
     ScalarInput,
     Solution,
     Status,
     Trace,
-    TraceHashes,
     Workload,
 )
 from kernelarena.evaluate.compare import Comparison, compare, inputs_unchanged
@@ -42,19 +39,8 @@ from kernelarena.evaluate.inputs import (
     poison,
     seed_for,
 )
+from kernelarena.evaluate.options import Options, make_trace
 from kernelarena.evaluate.timing import Timing, time_cpu, time_cuda, time_cuda_graph
-
-
-@dataclass
-class Options:
-    trials: int = 3
-    timing: bool = True
-    warmup: int = 3
-    max_iterations: int = 100
-    min_iterations: int = 10
-    budget_ms: float = 100.0
-    graph_below_us: float = 100.0
-    keep_samples: bool = True
 
 
 @dataclass
@@ -474,39 +460,6 @@ class Evaluator:
         return make_trace(
             definition, solution, workload, self.environment, status, log, correctness, performance
         )
-
-
-def make_trace(
-    definition: Definition,
-    solution: Solution,
-    workload: Workload,
-    environment: Environment,
-    status: Status,
-    log: str,
-    correctness: Correctness | None = None,
-    performance: Performance | None = None,
-) -> Trace:
-    if status in (Status.PASSED, Status.INCORRECT_NUMERICAL) and correctness is None:
-        correctness = Correctness()
-    evaluation = Evaluation(
-        status=status,
-        environment=environment,
-        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
-        log=log[-8000:],
-        correctness=correctness,
-        performance=performance if status is Status.PASSED else None,
-    )
-    return Trace(
-        definition=definition.name,
-        workload=workload,
-        solution=solution.name,
-        evaluation=evaluation,
-        hashes=TraceHashes(
-            definition=definition.content_hash(),
-            solution=solution.content_hash(),
-            workload=workload.content_hash(),
-        ),
-    )
 
 
 def _as_outputs(

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelarena.data import Definition, Environment, Solution, Status, Trace, Workload
-from kernelarena.evaluate.evaluator import Options, make_trace
+from kernelarena.evaluate.options import Options, make_trace
 
 
 @dataclass(frozen=True)

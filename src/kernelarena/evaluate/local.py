@@ -54,18 +54,28 @@ class LocalExecutor:
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kernelarena-workers-"))
         self.measure_ceilings = measure_ceilings
         self._workers: list[_Worker] = []
+        self._pending: list[_Worker] = []
         self._spawned = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    def launch(self) -> None:
+        """Spawn the workers without waiting for them (they take seconds to import torch)."""
+        if not self._workers and not self._pending:
+            self._pending = [self._spawn(device) for device in self.devices]
+
     def start(self) -> list[dict[str, Any]]:
         """Start one worker per device; return each device's environment (hardware, ceilings)."""
         if not self._workers:
-            pending = [self._spawn(device) for device in self.devices]
+            self.launch()
+            pending, self._pending = self._pending, []
             self._workers = [self._await_ready(worker) for worker in pending]
         return [w.environment for w in self._workers]
 
     def close(self) -> None:
+        for worker in self._pending:
+            worker.process.kill()
+        self._pending = []
         for worker in self._workers:
             with contextlib.suppress(OSError, BrokenPipeError):
                 worker.conn.send(("stop",))

@@ -39,9 +39,9 @@ from kernelarena.data import (
     Trace,
     Workload,
 )
-from kernelarena.evaluate.evaluator import Options
 from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
 from kernelarena.evaluate.local import LocalExecutor
+from kernelarena.evaluate.options import Options
 
 RAY_MISSING = (
     "the Ray executor needs Ray, an optional dependency of kernelarena: "
@@ -168,7 +168,8 @@ class RayExecutor:
             ``"H100"`` or ``"H200"`` (see ``ray.util.accelerators``).
         label_selector: node labels each actor requires, e.g. ``{"ray.io/accelerator-type": "H100"}``
             or ``{"pool": "in(bench,ci)"}``.
-        workers: how many actors; default: as many as the live nodes have room for.
+        workers: how many actors; default: as many as the live nodes hold in total. Those that
+            do not fit now (resources busy with other work) wait and join the run when they can.
         num_cpus: CPUs each actor reserves (builds and input generation run on the CPU).
         max_retries: how many times a job lost with its actor is tried again elsewhere.
         measure_ceilings: measure copy bandwidth and matmul rate on each worker at start.
@@ -191,7 +192,7 @@ class RayExecutor:
         max_retries: int = 3,
         measure_ceilings: bool = True,
         runtime_env: Mapping[str, Any] | None = None,
-        join_grace_s: float = 60.0,
+        join_grace_s: float = 15.0,
     ) -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise ValueError(f"device: '{device}' is not 'auto', 'cuda' or 'cpu'")
@@ -369,7 +370,7 @@ class RayExecutor:
             queue.appendleft(job)
             return
         log = (
-            f"the Ray actor evaluating this job was lost {len(losses[job.id])} times; "
+            f"the Ray actor evaluating this job was lost {_times(len(losses[job.id]))}; "
             "not retried again:\n" + "\n".join(losses[job.id])
         )
         trace = job.failure_trace(
@@ -535,6 +536,10 @@ def _label_matches(value: str | None, selector: str) -> bool:
     else:
         allowed = {body}
     return (value in allowed) != negate
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
 
 
 def _first_line(error: BaseException) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernelarena.data import Definition, Language, Solution, Status, Trace, TraceSet, Workload
-from kernelarena.evaluate.evaluator import Options
 from kernelarena.evaluate.jobs import Job, JobResult
+from kernelarena.evaluate.options import Options
 
 SUITES = ("smoke", "correctness", "performance", "all")
 

@@ -10,7 +10,10 @@ job. After an error that leaves the CUDA context unusable the worker exits and t
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict
@@ -23,6 +26,7 @@ LOG_TAIL = 6000
 
 def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceilings: bool) -> None:
     _redirect_output(log_path)
+    _exit_with_parent()
     if not device_name.startswith("cuda"):
         # The Triton interpreter must be chosen before any kernel module is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -31,7 +35,8 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
     from kernelarena.data import Definition, Solution, Workload
     from kernelarena.evaluate import ceilings as ceilings_module
     from kernelarena.evaluate.environment import describe
-    from kernelarena.evaluate.evaluator import Evaluator, Options
+    from kernelarena.evaluate.evaluator import Evaluator
+    from kernelarena.evaluate.options import Options
 
     device = torch.device(device_name)
     if device.type == "cuda":
@@ -85,6 +90,20 @@ def _notifier(conn: Connection, job_id: int) -> Callable[[str], None]:
         conn.send(("stage", job_id, stage))
 
     return notify
+
+
+def _exit_with_parent() -> None:
+    """Die with the executor. A worker orphaned mid-job (its parent SIGKILLed: a Ray actor on a lost
+    node, a killed ``kernelarena run``) would otherwise keep a hanging solution running, and holding
+    its GPU, forever; an idle one already exits when its pipe closes."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.killpg(0, signal.SIGKILL)  # the worker leads its own group: it and all it started
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _redirect_output(log_path: str) -> None:

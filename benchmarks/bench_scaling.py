@@ -1,0 +1,232 @@
+"""Scaling of the local executor: one job-heavy run over one device, then over two (or more).
+
+    python -m benchmarks.bench_scaling                         # cuda:0 vs cuda:0,cuda:1
+    python -m benchmarks.bench_scaling --devices cpu,cpu --solutions torch_eager --max-jobs 40
+
+The workload is ``kernelarena run rmsnorm scale --suite all -s triton,cuda,torch_eager``: 261 jobs
+on a GPU, each checked and timed, each trace appended (and fsynced) to a scratch dataset as in a real
+run. torch.compile solutions are left out by default: Inductor compiling every shape would make the
+run measure the compiler (``--solutions all`` puts them back).
+
+The same jobs run over the first device alone and over the first 2, 4, ... of ``--devices``, in the
+same process, each with its own executor. Worker start-up (importing torch, creating the CUDA
+context) is timed apart from the run: it happens once per worker, in parallel, and is not what
+scaling is about. Builds and compiler caches (kernelarena's build cache, Triton's) live on disk and
+would make whichever configuration runs second look faster, so a warm-up pass runs every job once
+first; configurations then alternate in order from one repeat to the next. The results, with the
+jobs each device took (jobs go to whichever worker is free), land in
+``benchmarks/results/scaling_<device>_<date>.json``.
+
+On a CPU, ``--devices cpu,cpu`` starts two workers on the CPU: a dry run of the mechanics. Both
+share the same cores (and torch's intra-op threads), so expect little speedup there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import result_path
+from kernelarena.data import TraceSet
+from kernelarena.evaluate.devices import resolve_devices, visible_gpu_count
+from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
+from kernelarena.evaluate.local import LocalExecutor
+from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.runner import plan, run_jobs
+from kernelarena.library import load_library
+
+TARGET_SPEEDUP_TWO_DEVICES = 1.8
+
+
+def device_counts(total: int) -> list[int]:
+    """1, 2, 4, ... up to ``total``, and ``total`` itself."""
+    counts = [1]
+    while counts[-1] * 2 < total:
+        counts.append(counts[-1] * 2)
+    if total > 1:
+        counts.append(total)
+    return counts
+
+
+def run_once(jobs: list[Job], devices: list[str], timeouts: Timeouts) -> dict[str, Any]:
+    """Start workers on ``devices``, run ``jobs`` into a scratch dataset; time both apart."""
+    taken: Counter[str] = Counter()
+    statuses: dict[tuple[str, str, str], str] = {}
+
+    def record(job: Job, result: JobResult | None) -> None:
+        if result is None:
+            return
+        taken[result.device] += 1
+        if result.trace is not None and result.trace.evaluation is not None:
+            statuses[job.key] = result.trace.evaluation.status.value
+        else:
+            statuses[job.key] = f"skipped: {result.skipped}"
+
+    executor = LocalExecutor(devices, timeouts, measure_ceilings=False)
+    with tempfile.TemporaryDirectory(prefix="kernelarena-scaling-") as scratch:
+        try:
+            began = time.perf_counter()
+            environments = executor.start()
+            started = time.perf_counter()
+            run_jobs(jobs, executor, TraceSet(root=Path(scratch)), on_progress=record)
+            finished = time.perf_counter()
+        finally:
+            executor.close()
+    return {
+        "devices": devices,
+        "startup_s": started - began,
+        "run_s": finished - started,
+        "jobs_per_device": dict(sorted(taken.items())),
+        "statuses": statuses,
+        "environments": environments,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--devices", help="the widest device list (default: cuda:0,cuda:1 or cpu,cpu)"
+    )
+    parser.add_argument("--definitions", default="rmsnorm,scale", help="definitions or families")
+    parser.add_argument(
+        "--solutions",
+        default="triton,cuda,torch_eager",
+        help="solution names, suffixes or languages, or 'all' (default: triton,cuda,torch_eager)",
+    )
+    parser.add_argument("--suite", default="all", help="workload tag, or all")
+    parser.add_argument("--trials", type=int, default=3, help="checks with fresh inputs per job")
+    parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+    parser.add_argument("--max-jobs", type=int, help="only the first N jobs (dry runs)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per device count")
+    parser.add_argument(
+        "--warmup",
+        choices=("all", "builds", "none"),
+        default="all",
+        help="before measuring, run every job once (all), one job per solution (builds), or none",
+    )
+    parser.add_argument("--no-write", action="store_true", help="print, do not save the JSON")
+    args = parser.parse_args(argv)
+
+    default = "cuda:0,cuda:1" if visible_gpu_count() >= 2 else "cpu,cpu"
+    widest = resolve_devices(args.devices or default)
+    on_gpu = any(d.startswith("cuda") for d in widest)
+    options = Options(trials=args.trials, timing=not args.no_timing)
+    timeouts = Timeouts()
+    library = load_library()
+    solutions = None if args.solutions == "all" else args.solutions.split(",")
+    jobs = plan(library, args.definitions.split(","), solutions, args.suite, on_gpu, options)
+    jobs = jobs[: args.max_jobs] if args.max_jobs else jobs
+    print(f"{len(jobs)} jobs; device counts {device_counts(len(widest))} of {','.join(widest)}")
+
+    warmup_s = 0.0
+    if args.warmup != "none":
+        warm = jobs if args.warmup == "all" else list({j.solution.name: j for j in jobs}.values())
+        began = time.perf_counter()
+        run_once(warm, widest, timeouts)
+        warmup_s = time.perf_counter() - began
+        print(f"warm-up: {len(warm)} jobs in {warmup_s:.1f} s")
+
+    counts = device_counts(len(widest))
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    for repeat in range(args.repeats):
+        order = counts if repeat % 2 == 0 else counts[::-1]
+        for n in order:
+            run = run_once(jobs, widest[:n], timeouts)
+            runs[n].append(run)
+            print(
+                f"{n} device(s): run {run['run_s']:.1f} s, start-up {run['startup_s']:.1f} s, "
+                f"jobs per device {run['jobs_per_device']}"
+            )
+
+    report = build_report(args, jobs, widest, runs, warmup_s)
+    for n, row in report["results"].items():
+        print(
+            f"{n} device(s): median run {row['median_run_s']:.1f} s, speedup {row['speedup']:.2f}x"
+        )
+    if report["disagreements"]:
+        print(f"{len(report['disagreements'])} jobs changed status between runs (see the JSON)")
+    if not args.no_write:
+        path = result_path("scaling", report["environment"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {path}")
+    return report
+
+
+def build_report(
+    args: argparse.Namespace,
+    jobs: list[Job],
+    widest: list[str],
+    runs: dict[int, list[dict[str, Any]]],
+    warmup_s: float,
+) -> dict[str, Any]:
+    single = statistics.median(r["run_s"] for r in runs[1])
+    single_total = statistics.median(r["run_s"] + r["startup_s"] for r in runs[1])
+    results: dict[str, Any] = {}
+    for n, measured in runs.items():
+        median_run = statistics.median(r["run_s"] for r in measured)
+        median_total = statistics.median(r["run_s"] + r["startup_s"] for r in measured)
+        results[str(n)] = {
+            "devices": widest[:n],
+            "median_run_s": median_run,
+            "speedup": single / median_run,
+            "speedup_with_startup": single_total / median_total,
+            "runs": [
+                {k: v for k, v in r.items() if k not in ("statuses", "environments")}
+                for r in measured
+            ],
+        }
+    # A parallel run must not change any result: every job's status, run by run.
+    reference = runs[1][0]["statuses"]
+    disagreements = sorted(
+        {
+            "/".join(key)
+            for measured in runs.values()
+            for run in measured
+            for key, status in run["statuses"].items()
+            if reference.get(key) != status
+        }
+    )
+    environments = runs[max(runs)][0]["environments"]
+    hardware = sorted({e["hardware"] for e in environments})
+    two = results.get("2")
+    return {
+        "benchmark": "scaling",
+        "environment": {
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "device": " + ".join(hardware),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "workers": environments,
+        },
+        "workload": {
+            "definitions": args.definitions,
+            "solutions": args.solutions,
+            "suite": args.suite,
+            "trials": args.trials,
+            "timing": not args.no_timing,
+            "jobs": len(jobs),
+            "jobs_by_solution": dict(Counter(j.solution.name for j in jobs)),
+            "warmup": args.warmup,
+            "warmup_s": warmup_s,
+            "repeats": args.repeats,
+        },
+        "results": results,
+        "target_speedup_two_devices": TARGET_SPEEDUP_TWO_DEVICES,
+        "meets_target": None if two is None else two["speedup"] >= TARGET_SPEEDUP_TWO_DEVICES,
+        "disagreements": disagreements,
+        "statuses": dict(Counter(reference.values())),
+    }
+
+
+if __name__ == "__main__":
+    main()

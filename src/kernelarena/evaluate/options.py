@@ -1,0 +1,65 @@
+"""What a run is asked to do (Options) and how a trace is made: no torch here, so the parent process
+(the command line, a Ray driver) can plan and record jobs without importing it."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+
+from kernelarena.data import (
+    Correctness,
+    Definition,
+    Environment,
+    Evaluation,
+    Performance,
+    Solution,
+    Status,
+    Trace,
+    TraceHashes,
+    Workload,
+)
+
+
+@dataclass
+class Options:
+    trials: int = 3
+    timing: bool = True
+    warmup: int = 3
+    max_iterations: int = 100
+    min_iterations: int = 10
+    budget_ms: float = 100.0
+    graph_below_us: float = 100.0
+    keep_samples: bool = True
+
+
+def make_trace(
+    definition: Definition,
+    solution: Solution,
+    workload: Workload,
+    environment: Environment,
+    status: Status,
+    log: str,
+    correctness: Correctness | None = None,
+    performance: Performance | None = None,
+) -> Trace:
+    if status in (Status.PASSED, Status.INCORRECT_NUMERICAL) and correctness is None:
+        correctness = Correctness()
+    evaluation = Evaluation(
+        status=status,
+        environment=environment,
+        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+        log=log[-8000:],
+        correctness=correctness,
+        performance=performance if status is Status.PASSED else None,
+    )
+    return Trace(
+        definition=definition.name,
+        workload=workload,
+        solution=solution.name,
+        evaluation=evaluation,
+        hashes=TraceHashes(
+            definition=definition.content_hash(),
+            solution=solution.content_hash(),
+            workload=workload.content_hash(),
+        ),
+    )
