@@ -298,17 +298,16 @@ class Evaluator:
             seed = seed_for(workload, f"timing{index}")
             return self._prepare(definition, workload, axes, reference, seed, blob_root, dps)
 
-        sets = [prepare(i, runnable.destination_passing_style) for i in range(2)]
-        timing = self._events_or_clock(lambda i: runnable(*sets[i % 2].arguments), options)
-        use_graph = self.device.type == "cuda" and timing.median_ms * 1e3 < options.graph_below_us
+        dps = runnable.destination_passing_style
+        sets = [prepare(i, dps) for i in range(2)]
+        use_graph = self._short(lambda i: runnable(*sets[i % 2].arguments), options)
+        timing = None
         if use_graph:
-            sets += [
-                prepare(i, runnable.destination_passing_style)
-                for i in range(2, self._rotation(sets[0]))
-            ]
-            graphed = self._graph(lambda i: runnable(*sets[i % len(sets)].arguments), len(sets))
-            use_graph = graphed is not None
-            timing = graphed or timing
+            sets += [prepare(i, dps) for i in range(2, self._rotation(sets[0]))]
+            timing = self._graph(lambda i: runnable(*sets[i % len(sets)].arguments), len(sets))
+            use_graph = timing is not None
+        if timing is None:
+            timing = self._events_or_clock(lambda i: runnable(*sets[i % 2].arguments), options)
         self._check_after_timing(
             definition, runnable, reference, workload, axes, sets[:2], blob_root
         )
@@ -330,6 +329,22 @@ class Evaluator:
                 )
             self._reference_timings[key] = reference_timing
         return self._performance(definition, workload, axes, timing, reference_timing, options)
+
+    def _short(self, fn: Callable[[int], Any], options: Options) -> bool:
+        """A few timed calls decide the mode: under ``graph_below_us``, CUDA graphs (launch gaps
+        would dominate per-call events), so the longer event run is spent only where it is used."""
+        if self.device.type != "cuda":
+            return False
+        with torch.no_grad():
+            probe = time_cuda(
+                fn,
+                self.device,
+                warmup=options.warmup,
+                max_iterations=5,
+                min_iterations=5,
+                budget_ms=0.0,
+            )
+        return probe.median_ms * 1e3 < options.graph_below_us
 
     def _events_or_clock(self, fn: Callable[[int], Any], options: Options) -> Timing:
         with torch.no_grad():
