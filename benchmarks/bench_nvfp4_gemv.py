@@ -1,10 +1,12 @@
 """nvfp4_gemv: ours (Triton and CUDA, plain and permuted scales) against cuBLAS and torch.
 
 Providers: ``triton``, ``triton_permuted``, ``cuda``, ``cuda_permuted`` (the library's solutions);
+``cuda_variant_<i>`` (each compiled variant of the CUDA solution run explicitly, plain scales: what
+the first-call choice picks from; reported, not counted as ours for the bars);
 ``cublas_fp16_bmm`` (torch.bmm on A and b already dequantized to float16, exactly: e2m1 times e4m3
 fits in float16; the dequantization is outside the timing); ``torch_dequant_bmm`` (dequantize in
-torch, then that bmm, both timed); ``reference`` (the definition's float32 reference; skipped above
-2^27 values, where one call takes milliseconds).
+torch, then that bmm, both timed); ``reference`` (the definition's float32 reference). Both torch
+paths are skipped above 2^27 values, where one call takes milliseconds and gigabytes.
 
 Bytes, counted explicitly: A and sfa, one row of b and of sfb per batch, and c:
 l * (m + 1) * (k/2 + k/16) + 2 * m * l (the definition's bytes_moved). The speed of light is those
@@ -12,16 +14,21 @@ bytes at the copy bandwidth measured in the same run (harness ceilings: a 1 GiB 
 plus write); the fraction of it is the harness's "of ceiling" column and the summary's percentages.
 
 Each of our solutions is checked against the reference once per shape, under the definition's
-tolerance, before it is timed; one that fails or raises is reported and never timed. Cases under
-40 us are timed as CUDA graph replays of 20 calls (the harness), rotating through input sets that
-together hold 3x the L2 (A alone is 29 MB at 7168x2048x4, inside the 50-60 MB L2), so A comes
-from HBM as it would in a model; longer cases flush the L2 between calls.
+tolerance, before it is timed; one that fails or raises is reported and never timed. That first
+call is also where our solutions choose their launch per shape (the CUDA solution times its
+compiled variants, the Triton one its configs, on those inputs); the summary names the choices.
+Every case is timed as CUDA graph replays of 20 calls (the harness), rotating through input sets
+that together hold 3x the L2 (A alone is 29 MB at 7168x2048x4, inside the 50-60 MB L2), so A comes
+from HBM as it would in a model. (The harness's default times cases over 40 us with CUDA events
+around single calls after an L2 flush: that adds the launch gap and the write-back of the flush's
+dirty lines to every call; ``--events-above-40us`` restores it.)
 
 Bars (issue 5): the geomean over the three shapes of our best solution at >= 85% of the speed of
 light, and ours >= 3.5x faster than the fp16 bmm at every shape. The summary printed last says
 which hold.
 
     python benchmarks/bench_nvfp4_gemv.py [--generator wide] [--no-write] [--cpu-check]
+        [--events-above-40us]
 """
 
 from __future__ import annotations
@@ -68,6 +75,25 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor, table: torch.Tensor) 
 
 
 _BUILT: dict[str, Any] = {}
+CHOICES: dict[str, dict[str, str]] = {}  # case label -> provider -> the launch it chose
+
+
+def describe_choice(suffix: str, runnable: Any, m: int, k: int, batches: int) -> str:
+    """The launch a solution chose for this shape on its first call (CUDA: the variant it
+    remembered; Triton: the autotuner's config); '' when it cannot say."""
+    try:
+        if suffix.startswith("cuda"):
+            module = runnable.metadata["module"]
+            variant = int(module.chosen_variant(m, k, batches, suffix.endswith("permuted")))
+            return f"variant {variant} ({module.variant_name(variant)})" if variant >= 0 else ""
+        tuner = runnable.fn.__globals__.get("_nvfp4_gemv_kernel")
+        config = getattr(tuner, "best_config", None)
+        if config is None:
+            return ""
+        settings = {**config.kwargs, "num_warps": config.num_warps}
+        return "config " + ", ".join(f"{key}={value}" for key, value in settings.items())
+    except Exception as error:  # a report line, never a failed run
+        return f"unknown ({type(error).__name__})"
 
 
 def solution(suffix: str, device: torch.device) -> Any:
@@ -81,6 +107,16 @@ def solution(suffix: str, device: torch.device) -> Any:
     if isinstance(_BUILT[suffix], Exception):
         raise _BUILT[suffix]
     return _BUILT[suffix]
+
+
+def variant_count(device: torch.device) -> int:
+    """Compiled variants of the CUDA solution (0 where it cannot run or build)."""
+    if device.type != "cuda":
+        return 0
+    try:
+        return int(solution("cuda", device).metadata["module"].variant_count())
+    except Exception:  # the cuda provider's own row reports why
+        return 0
 
 
 def mismatch(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
@@ -129,22 +165,45 @@ def make_providers(
     expected = ref["run"](*arguments[0])
 
     providers: dict[str, Callable[[int], Any]] = {}
+
+    def checked(call: Callable[[int], Any]) -> Callable[[int], Any] | None:
+        """``call`` once on set 0 against the reference; a failing provider instead, or None."""
+        try:
+            outputs[0].fill_(float("nan"))
+            call(0)
+            problem = mismatch(outputs[0], expected, tolerance.atol, tolerance.rtol)
+        except harness.Unsupported as error:
+            return skipped(str(error))
+        except Exception as error:
+            return failing(f"{type(error).__name__}: {error}")
+        return failing(f"wrong result, not timed: {problem}") if problem else None
+
     for suffix in OURS:
         try:
             run = solution(suffix, device)
-            outputs[0].fill_(float("nan"))
-            run(*arguments[0], outputs[0])
-            problem = mismatch(outputs[0], expected, tolerance.atol, tolerance.rtol)
         except harness.Unsupported as error:
             providers[suffix] = skipped(str(error))
             continue
         except Exception as error:
             providers[suffix] = failing(f"{type(error).__name__}: {error}")
             continue
-        if problem:
-            providers[suffix] = failing(f"wrong result, not timed: {problem}")
-            continue
-        providers[suffix] = lambda i, run=run: run(*arguments[i % sets], outputs[i % sets])
+
+        def call(i: int, run: Any = run) -> None:
+            run(*arguments[i % sets], outputs[i % sets])
+
+        providers[suffix] = checked(call) or call
+        if providers[suffix] is call:
+            CHOICES.setdefault(f"{m}x{k}x{batches}", {})[suffix] = describe_choice(
+                suffix, run, m, k, batches
+            )
+    for variant in range(variant_count(device)):
+        module = solution("cuda", device).metadata["module"]
+
+        def explicit(i: int, variant: int = variant, module: Any = module) -> None:
+            if not module.run_variant(*arguments[i % sets], outputs[i % sets], variant, False):
+                raise harness.Unsupported(f"variant {variant} does not apply to this shape")
+
+        providers[f"cuda_variant_{variant}"] = checked(explicit) or explicit
 
     table = torch.tensor(E2M1, dtype=torch.float16, device=device)
     # fp16 A is 3.6x the bytes of NVFP4 A: fewer sets reach 3x the L2.
@@ -159,7 +218,13 @@ def make_providers(
         made = inputs[i % sets]
         return torch.bmm(dequantize(made["a"], made["sfa"], table), vectors[i % sets])
 
-    providers["torch_dequant_bmm"] = dequantize_then_bmm
+    if m * k * batches > REFERENCE_LIMIT:
+        # ~2.5 GB of temporaries a call at 4096x7168x8; a graph of 20 calls must stay small.
+        providers["torch_dequant_bmm"] = skipped(
+            f"m*k*l above 2^{REFERENCE_LIMIT.bit_length() - 1}"
+        )
+    else:
+        providers["torch_dequant_bmm"] = dequantize_then_bmm
     if m * k * batches > REFERENCE_LIMIT:
         providers["reference"] = skipped(f"m*k*l above 2^{REFERENCE_LIMIT.bit_length() - 1}")
     else:
@@ -200,7 +265,10 @@ def summary(report: dict[str, Any], shapes: list[tuple[int, int, int]]) -> None:
     print(f"  {'provider':18s}" + "".join(f"{label:>22s}" for label in labels) + "   geomean")
     print(f"  {'speed of light':18s}" + "".join(f"{light[label]:19.1f} us" for label in labels))
     geomeans: dict[str, float] = {}
-    for provider in (*OURS, *PEERS):
+    variants = sorted(
+        {row["provider"] for row in report["rows"] if row["provider"].startswith("cuda_variant_")}
+    )
+    for provider in (*OURS, *variants, *PEERS):
         row = times.get(provider, {})
         cells = "".join(
             f"{row[label]:13.1f} ({light[label] / row[label]:4.0%})"
@@ -214,6 +282,11 @@ def summary(report: dict[str, Any], shapes: list[tuple[int, int, int]]) -> None:
             )
             cells += f"   {geomeans[provider]:.0%}"
         print(f"  {provider:18s}{cells}")
+    for label in labels:
+        made = CHOICES.get(label, {})
+        for provider in OURS:
+            if made.get(provider):
+                print(f"  chosen for {label} by {provider}: {made[provider]}")
     ours = {p: g for p, g in geomeans.items() if p in OURS}
     if not ours:
         print("bars: no solution of ours timed at every shape")
@@ -238,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="check this script's plumbing on CPU at tiny sizes (Triton interpreted); no results",
     )
+    parser.add_argument(
+        "--events-above-40us",
+        action="store_true",
+        help="the harness default: cases over 40 us timed with events after an L2 flush",
+    )
     args = parser.parse_args(argv)
     shapes = SHAPES
     started = time.perf_counter()
@@ -252,7 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_nvfp4_gemv: needs a CUDA GPU (or --cpu-check)", file=sys.stderr)
         return 2
     report = harness.run(
-        "nvfp4_gemv", cases(shapes, args.generator, l2_bytes, device), device=device, write=write
+        "nvfp4_gemv",
+        cases(shapes, args.generator, l2_bytes, device),
+        device=device,
+        write=write,
+        graph_below_us=40.0 if args.events_above_40us else math.inf,
     )
     summary(report, shapes)
     elapsed = time.perf_counter() - started

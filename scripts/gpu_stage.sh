@@ -33,6 +33,18 @@ case "$stage" in
     done
     tar czf "$OUT/results.tgz" benchmarks/results
     ;;
+  library)
+    log "engine"; timeout 150 python3 benchmarks/bench_engine.py > "$OUT/engine.txt" 2>&1; tail -4 "$OUT/engine.txt"
+    log "library performance run"
+    timeout ${LIBRARY_TIMEOUT:-380} python3 -m kernelarena.cli run --suite performance --device cuda:0 \
+      --allow-failures --trials 2 > "$OUT/library_run.txt" 2>&1; tail -3 "$OUT/library_run.txt"
+    tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" .
+    tar czf "$OUT/results.tgz" benchmarks/results
+    ;;
+  scaling)
+    log "scaling"; timeout 540 python3 -m benchmarks.bench_scaling ${SCALING_ARGS:-} 2>&1 | tee "$OUT/scaling.txt" | tail -30
+    tar czf "$OUT/results.tgz" benchmarks/results
+    ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
 log "done"

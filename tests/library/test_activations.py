@@ -100,12 +100,24 @@ def check(
     args: list[Any],
     expected: torch.Tensor,
     out: torch.Tensor | None = None,
+    config: Any = None,
 ) -> None:
-    """Run one solution (``out``: a destination of the caller's layout) and compare."""
+    """Run one solution (``out``: a destination of the caller's layout) and compare. ``config``: a
+    Triton solution's launch plan (one of its ``tuning_configs``), run untuned."""
     device = args[0].device
     run = runnable(name, solution, device.type)
     before = [a.clone() for a in args if isinstance(a, torch.Tensor)]
-    if run.destination_passing_style:
+    if config is not None:
+        if out is None:
+            out = torch.empty(expected.shape, dtype=expected.dtype, device=device)
+        out.fill_(float("nan"))
+        run_with_config = run.fn.__globals__["run_with_config"]
+        if name.startswith("gelu"):  # one file for both GELUs
+            run_with_config(*args, out, name.startswith("gelu_tanh"), config)
+        else:
+            run_with_config(*args, out, config)
+        got = out
+    elif run.destination_passing_style:
         if out is None:
             out = torch.empty(expected.shape, dtype=expected.dtype, device=device)
         out.fill_(float("nan"))
@@ -196,6 +208,62 @@ def test_cpu(op: str, suffix: str, solution: str) -> None:
         check(name, solution, args, expected)
 
 
+def tuning_configs(name: str, device: str, rows: int, width: int) -> list[Any]:
+    """Every launch plan the Triton solution may tune over for ``rows`` x ``width`` inputs."""
+    module = runnable(name, "triton", device).fn.__globals__
+    return module["tuning_configs"](rows, width // 2 if name.split("_")[0] != "scale" else width)
+
+
+# Under the interpreter: 64 rows of 128 outputs take every candidate (up to 32 rows a program);
+# 37 rows of 37 (no 16-byte vectors, a ragged last program); strided rows.
+CPU_CANDIDATE_SHAPES: list[tuple[int, int, dict[str, Any]]] = [
+    (64, 256, {}),
+    (37, 74, {}),
+    (9, 200, {"row_stride": 264}),
+]
+
+
+@pytest.mark.parametrize("suffix", list(DTYPES))
+@pytest.mark.parametrize("op", list(OPS))
+def test_cpu_triton_every_tuning_candidate(op: str, suffix: str) -> None:
+    """Every plan the device may pick is correct."""
+    if HAS_CUDA:
+        pytest.skip("CPU test (test_gpu_triton_every_tuning_candidate covers this on a GPU)")
+    for rows, width, params in CPU_CANDIDATE_SHAPES:
+        name, args, expected = make_case(OPS[op], suffix, rows, width, "cpu", **params)
+        configs = tuning_configs(name, "cpu", rows, width)
+        assert configs
+        for config in configs:
+            check(name, "triton", args, expected, config=config)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_cpu_triton_tuning_plumbing(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuned path, under the interpreter with a stand-in for the GPU timer that makes the last
+    candidate fastest: every candidate runs once, the pick is cached and reused, the output is
+    right."""
+    if HAS_CUDA:
+        pytest.skip("CPU test (the GPU tests run the real tuning)")
+    name, args, expected = make_case(OPS[op], "fp32", 64, 256, "cpu")
+    module = runnable(name, "triton", "cpu").fn.__globals__
+    timed: list[int] = []
+
+    def bench(kernel_call: Any, quantiles: Any) -> list[float]:
+        kernel_call()
+        timed.append(1)
+        return [1.0 / len(timed)] * len(quantiles)
+
+    stand_ins = {"_tunes": lambda x: True, "_TUNERS": {}, "TUNE_MIN_ELEMENTS": 0}
+    for key, value in {**stand_ins, "_bench_cold": bench, "_bench_warm": bench}.items():
+        monkeypatch.setitem(module, key, value)
+    candidates = tuning_configs(name, "cpu", 64, 256)
+    check(name, "triton", args, expected)
+    assert len(timed) == len(candidates) > 1
+    assert list(module["tuned_plans"]().values()) == [str(candidates[-1])]
+    check(name, "triton", args, expected)
+    assert len(timed) == len(candidates), "the pick is cached"
+
+
 @pytest.mark.parametrize("definition", [*CUDA_SOURCES, "gelu_tanh_and_mul_bf16"])
 def test_cuda_compiles(definition: str, cuda_compiled: None) -> None:
     built = runnable(definition, "cuda", "cpu")  # a compile error fails; no toolkit skips
@@ -218,6 +286,8 @@ gpu = pytest.mark.gpu
 # input 32768 (d = 16384, several column tiles per row).
 SHAPES_FULL = [(0, 4096), (1, 2), (3, 2002), (33, 10240), (5, 32768)]
 SHAPES_SHORT = [(3, 2002), (33, 10240)]
+# Past TUNE_MIN_ELEMENTS outputs, so the Triton kernels tune on the device: d = 1001 (no vectors).
+SHAPES_TUNED = [(300, 2002)]
 
 
 def gpu_solutions(kernels_only: bool = False, compiled: bool = True) -> list[tuple[str, str]]:
@@ -235,7 +305,9 @@ def shapes_for(solution: str, suffix: str) -> list[tuple[int, int]]:
     # Every shape for our kernels in bf16; fewer elsewhere to bound Triton and Inductor compiles.
     if solution == "torch_compile":
         return SHAPES_SHORT[1:]
-    return SHAPES_FULL if solution in KERNELS and suffix == "bf16" else SHAPES_SHORT
+    if solution in KERNELS:
+        return (SHAPES_FULL if suffix == "bf16" else SHAPES_SHORT) + SHAPES_TUNED
+    return SHAPES_SHORT
 
 
 @gpu
@@ -245,6 +317,22 @@ def test_gpu_shapes(op: str, solution: str, suffix: str, cuda_compiled: None) ->
     for rows, width in shapes_for(solution, suffix):
         name, args, expected = make_case(OPS[op], suffix, rows, width, "cuda")
         check(name, solution, args, expected)
+
+
+@gpu
+@pytest.mark.parametrize("op", list(OPS))
+def test_gpu_triton_every_tuning_candidate(op: str) -> None:
+    """Every plan the tuner may pick, run untuned, in bf16: d = 1001 (no vectors) and 2048."""
+    failures, count = [], 0
+    for rows, width in ((37, 2002), (37, 4096)):
+        name, args, expected = make_case(OPS[op], "bf16", rows, width, "cuda")
+        for config in tuning_configs(name, "cuda", rows, width):
+            count += 1
+            try:
+                check(name, "triton", args, expected, config=config)
+            except AssertionError as error:
+                failures.append(f"{rows}x{width} {config}: {str(error)[:300]}")
+    assert not failures, f"{len(failures)} of {count} plans failed:\n" + "\n".join(failures)
 
 
 @gpu

@@ -118,8 +118,16 @@ def assert_within(
 
 
 def check(
-    op: str, suffix: str, solution: str, device: torch.device, case: Case, seed: int = 0
+    op: str,
+    suffix: str,
+    solution: str,
+    device: torch.device,
+    case: Case,
+    seed: int = 0,
+    config: Any = None,
 ) -> None:
+    """``config``: a Triton solution's launch plan (one of its ``tuning_configs``), run untuned
+    through its ``run_with_config``."""
     d = definition(op, suffix)
     try:
         runnable = built(op, suffix, solution, str(device))
@@ -141,7 +149,13 @@ def check(
         for n, spec in d.outputs.items()
         if spec.aliases is None
     }
-    if runnable.destination_passing_style:
+    if config is not None:
+        in_place = [inputs[spec.aliases] for spec in d.outputs.values() if spec.aliases]
+        runnable.fn.__globals__["run_with_config"](
+            *arguments, *(in_place or outputs.values()), config
+        )
+        produced = outputs
+    elif runnable.destination_passing_style:
         runnable(*arguments, *outputs.values())
         produced = outputs
     else:
@@ -193,6 +207,65 @@ CPU_EXTREMES = {
 @pytest.mark.parametrize("op", OPS)
 def test_triton(op: str, suffix: str, case: Case, device: torch.device) -> None:
     check(op, suffix, "triton", device, case)
+
+
+def tuning_configs(op: str, suffix: str, device: torch.device, case: Case) -> list[Any]:
+    """Every launch plan the Triton solution may tune over for ``case`` (multiprocessors=1: the
+    variants kept for many programs too)."""
+    module = built(op, suffix, "triton", str(device)).fn.__globals__
+    return module["tuning_configs"](case.rows, case.hidden, 1)
+
+
+# Shapes with several candidates under the interpreter: 8 rows of 128 a program (EVEN_N), 4 rows
+# of 1000 (masked columns), strided rows and outputs.
+CPU_CANDIDATE_CASES = [
+    Case(5, 128),
+    Case(7, 1000),
+    Case(9, 1000, (("row_stride", 1040),), out_stride=1010),
+]
+
+
+@pytest.mark.parametrize("suffix", list(DTYPES))
+@pytest.mark.parametrize("op", OPS)
+def test_triton_every_tuning_candidate(op: str, suffix: str, device: torch.device) -> None:
+    """Every plan the device may pick is correct, in place too (out aliasing x)."""
+    for case in CPU_CANDIDATE_CASES:
+        configs = tuning_configs(op, suffix, device, case)
+        assert configs, case
+        for config in configs:
+            check(op, suffix, "triton", device, case, config=config)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_triton_tuning_plumbing(
+    op: str, device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tuned path, under the interpreter with a stand-in for the GPU timer that makes the last
+    candidate fastest: every candidate runs once, the pick is cached and reused, the outputs are
+    right, and in place the tuning only reads x and residual (else the result would be off)."""
+    if device.type == "cuda":
+        pytest.skip("CPU test (the GPU tests run the real tuning)")
+    module = built(op, "fp32", "triton", str(device)).fn.__globals__
+    timed: list[int] = []
+
+    def bench(kernel_call: Any, quantiles: Any) -> list[float]:
+        kernel_call()
+        timed.append(1)
+        return [1.0 / len(timed)] * len(quantiles)
+
+    stand_ins = {"_tunes": lambda x: True, "_multiprocessors": lambda index: 1, "_TUNERS": {}}
+    stand_ins |= {"_bench_cold": bench, "_bench_warm": bench, "TUNE_MIN_ELEMENTS": 0}
+    if "_INPLACE_PLANS" in module:
+        stand_ins["_INPLACE_PLANS"] = {}
+    for name, value in stand_ins.items():
+        monkeypatch.setitem(module, name, value)
+    case = Case(7, 1000)
+    candidates = module["tuning_configs"](case.rows, case.hidden, 1)
+    check(op, "fp32", "triton", device, case)
+    assert len(timed) == len(candidates) > 1
+    assert list(module["tuned_plans"]().values()) == [str(candidates[-1])]
+    check(op, "fp32", "triton", device, case, seed=1)
+    assert len(timed) == len(candidates), "the pick is cached"
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -260,7 +333,8 @@ def test_specs_validate() -> None:
 
 # -- GPU -----------------------------------------------------------------------------------------
 
-GPU_EVERY_DTYPE = [Case(0, 4096), Case(33, 1000), Case(7, 5120)]
+# 129 x 3000: tuned on the device (past TUNE_MIN_ELEMENTS), masked columns, a ragged last program.
+GPU_EVERY_DTYPE = [Case(0, 4096), Case(33, 1000), Case(7, 5120), Case(129, 3000)]
 GPU_BF16 = [
     Case(1, 1),
     Case(5, 4097),  # not a whole number of 16-byte vectors: one element per access
@@ -315,6 +389,33 @@ def test_gpu_ours(op: str, solution: str, device: torch.device, cuda_built: None
         except AssertionError as error:
             failures.append(f"{suffix} {case}: {str(error)[:400]}")
     assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n" + "\n".join(failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_gpu_triton_every_tuning_candidate(op: str, device: torch.device) -> None:
+    """Every plan the tuner may pick, run untuned, in bf16: masked and power-of-two widths, a row
+    count no plan divides, weight loaded early and late."""
+    failures, count = [], 0
+    for seed, case in enumerate((Case(37, 3000), Case(37, 4096))):
+        for config in tuning_configs(op, "bf16", device, case):
+            count += 1
+            try:
+                check(op, "bf16", "triton", device, case, seed, config=config)
+            except AssertionError as error:
+                failures.append(f"{case} {config}: {str(error)[:300]}")
+    assert not failures, f"{len(failures)} of {count} plans failed:\n" + "\n".join(failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("suffix", ["bf16", "fp32"])
+def test_gpu_triton_inplace_tunes_without_writing_its_inputs(
+    suffix: str, device: torch.device
+) -> None:
+    """The first in-place call of a new shape tunes (out of place, into scratch) and then runs in
+    place once: x and residual come out exactly as one in-place call leaves them."""
+    check("fused_add_rmsnorm_inplace", suffix, "triton", device, Case(257, 2500), seed=7)
+    check("fused_add_rmsnorm_inplace", suffix, "triton", device, Case(257, 2500), seed=8)
 
 
 @pytest.mark.gpu

@@ -300,7 +300,7 @@ def test_triton_ptx_decode_emulated():
     from importlib import util
 
     spec = util.spec_from_file_location(
-        "nvfp4_triton", OPERATOR.folder / "triton" / "nvfp4_gemv.py"
+        "nvfp4_triton_details", OPERATOR.folder / "triton" / "nvfp4_gemv_details.py"
     )
     module = util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -311,7 +311,7 @@ def test_triton_ptx_decode_emulated():
     for index, a in enumerate(words):
         b = words[(index * 7 + 3) % len(words)]
         packed = run_ptx(
-            module._PACK_VECTOR_PTX.value, {"$3": b, **dict(zip(("$4", "$5", "$6", "$7"), tables))}
+            module.PACK_VECTOR_PTX.value, {"$3": b, **dict(zip(("$4", "$5", "$6", "$7"), tables))}
         )
         b_codes = [(b >> (4 * i)) & 15 for i in range(16)]
         b_bytes = [doubled[c] & 0xFF for c in b_codes]
@@ -320,7 +320,7 @@ def test_triton_ptx_decode_emulated():
         assert _signed(packed["$2"], 32) == -12 * sum(doubled[c] for c in b_codes)
         operands = {"$1": a, "$2": packed["$0"], "$3": packed["$1"], "$4": packed["$2"]}
         dot = run_ptx(
-            module._BLOCK_DOT_PTX.value, {**operands, **dict(zip(("$5", "$6", "$7", "$8"), tables))}
+            module.BLOCK_DOT_PTX.value, {**operands, **dict(zip(("$5", "$6", "$7", "$8"), tables))}
         )
         a_codes = [(a >> (4 * i)) & 15 for i in range(16)]
         assert _signed(dot["$0"], 32) == sum(
@@ -364,6 +364,17 @@ def test_cuda_compiles():
     """Both CUDA entry points come from one source set: one nvcc build for sm_90a, both symbols."""
     for suffix in ("cuda", "cuda_permuted"):
         assert build(NAME, suffix, "cpu").metadata["arch"] == "sm_90a"
+
+
+def test_cuda_exports_its_variants():
+    """The module's host-only helpers answer without a GPU: the variant list (the register kernel
+    first), and no remembered choice before any call."""
+    module = build(NAME, "cuda", "cpu").metadata["module"]
+    count = module.variant_count()
+    assert 2 <= count <= 6
+    names = [str(module.variant_name(i)) for i in range(count)]
+    assert names[0].startswith("registers") and all(names) and len(set(names)) == count
+    assert module.chosen_variant(7168, 16384, 1, False) == -1
 
 
 # -- every solution on every workload, on the GPU --------------------------------------------------
@@ -410,3 +421,105 @@ def test_solution_rejects_a_not_contiguous_along_k(suffix):
     with pytest.raises(Exception, match="contiguous along k"):
         build(NAME, suffix, "cuda")(*(inputs[name] for name in INPUTS), c)
         torch.cuda.synchronize()
+
+
+# -- every CUDA variant explicitly, on the GPU -----------------------------------------------------
+
+# Shapes for the variants: the three work splits (k/32 chunks a row <= 32, 129-256, else), odd
+# rows, several batches, b of one row, padded rows, the benchmark's k values, and rows longer than
+# one sweep (k > 16384: only the register kernel applies).
+VARIANT_SHAPES = [
+    (1, 64, 1, 128, {}),
+    (77, 192, 3, 1, {}),
+    (129, 1024, 1, 128, {}),
+    (45, 448, 2, 128, {"padded_rows": True}),
+    (200, 2048, 3, 128, {}),
+    (333, 7168, 2, 128, {}),
+    (257, 16384, 1, 128, {}),
+    (9, 32832, 2, 128, {}),
+]
+
+
+def _cuda_module():
+    return build(NAME, "cuda", "cuda").metadata["module"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("generator", ["gpumode", "wide"])
+@pytest.mark.parametrize(
+    ("m", "k", "batches", "n", "params"),
+    [pytest.param(*shape, id=f"{shape[0]}x{shape[1]}x{shape[2]}") for shape in VARIANT_SHAPES],
+)
+def test_cuda_every_variant(generator, m, k, batches, n, params):
+    """run_variant runs one variant explicitly: each one that applies must match the reference
+    on both scale layouts and both output layouts; ring variants apply exactly when k <= 16384."""
+    module = _cuda_module()
+    inputs = make(m, k, batches, generator, n=n, seed=m + 3 * k, device="cuda", **params)
+    before = snapshot(inputs)
+    expected = reference(NAME)["run"](*(inputs[name] for name in INPUTS))
+    arguments = [inputs[name] for name in INPUTS]
+    for variant in range(module.variant_count()):
+        for permuted in (False, True):
+            for gpumode_layout in (True, False):
+                c = poisoned_output(m, batches, "cuda", gpumode_layout)
+                ran = module.run_variant(*arguments, c, variant, permuted)
+                torch.cuda.synchronize()
+                assert ran == (variant == 0 or k <= 16384), (variant, permuted)
+                if ran:
+                    label = f"c (variant {variant}, permuted {permuted}, {generator})"
+                    assert_close(c, expected, **TOLERANCE["c"], name=label)
+                else:
+                    assert torch.isnan(c.float()).all(), "a variant that does not apply wrote c"
+    assert_unchanged(inputs, before)
+
+
+@pytest.mark.gpu
+def test_cuda_ring_variants_decline_unaligned_scale_groups():
+    """Scale rows 2 bytes wider than k/16 (even, but not a multiple of 4): the ring variants read
+    4-scale groups as aligned words, so they decline; the default call falls back to the
+    register kernel and stays correct."""
+    m, k, batches = 96, 512, 2
+    module = _cuda_module()
+    inputs = make(m, k, batches, "wide", device="cuda")
+    wide = torch.zeros(batches, m, k // 16 + 2, dtype=torch.uint8, device="cuda")
+    wide[:, :, : k // 16] = inputs["sfa"].view(torch.uint8).permute(2, 0, 1)
+    inputs["sfa"] = wide[:, :, : k // 16].view(torch.float8_e4m3fn).permute(1, 2, 0)
+    assert inputs["sfa"].stride(0) % 4 == 2
+    expected = reference(NAME)["run"](*(inputs[name] for name in INPUTS))
+    arguments = [inputs[name] for name in INPUTS]
+    for variant in range(module.variant_count()):
+        c = poisoned_output(m, batches, "cuda")
+        assert module.run_variant(*arguments, c, variant, False) == (variant == 0)
+    c = poisoned_output(m, batches, "cuda")
+    build(NAME, "cuda", "cuda")(*arguments, c)
+    torch.cuda.synchronize()
+    assert_close(c, expected, **TOLERANCE["c"], name="c (default, unaligned groups)")
+    assert module.chosen_variant(m, k, batches, False) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("permuted", [False, True])
+def test_cuda_choice_is_remembered_and_deterministic(permuted):
+    """The first call of a shape times the candidates and remembers one; later calls use it and
+    give bit-identical results (a fixed kernel sums in a fixed order)."""
+    m, k, batches = 1024, 4096, 2
+    module = _cuda_module()
+    solution = build(NAME, "cuda_permuted" if permuted else "cuda", "cuda")
+    inputs = make(m, k, batches, "wide", device="cuda")
+    arguments = [inputs[name] for name in INPUTS]
+    expected = reference(NAME)["run"](*arguments)
+    outputs = []
+    for _ in range(3):
+        c = poisoned_output(m, batches, "cuda")
+        solution(*arguments, c)
+        torch.cuda.synchronize()
+        assert_close(c, expected, **TOLERANCE["c"], name="c (tuned)")
+        outputs.append(c.clone())
+    chosen = module.chosen_variant(m, k, batches, permuted)
+    assert 0 <= chosen < module.variant_count()
+    assert all(torch.equal(outputs[0], other) for other in outputs[1:])
+    # The remembered variant, run explicitly, gives the same bits.
+    c = poisoned_output(m, batches, "cuda")
+    assert module.run_variant(*arguments, c, chosen, permuted)
+    torch.cuda.synchronize()
+    assert torch.equal(c, outputs[0])

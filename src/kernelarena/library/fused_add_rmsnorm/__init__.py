@@ -72,7 +72,10 @@ _INPUTS = {
 _BYTES = (
     "nbytes('x') + nbytes('residual') + nbytes('weight') + nbytes('out') + nbytes('residual_out')"
 )
-_TRITON_NOTE = "Rows held in registers (one pass over memory) up to 32K wide; two passes beyond."
+_TRITON_NOTE = (
+    "Rows held in registers (one pass over memory) up to 32K wide; two passes beyond. Plans "
+    "tuned on the device (in place: tuned out of place into scratch, then run in place)."
+)
 _CUDA_NOTE = "x and residual staged in shared memory by cp.async, 16-byte accesses, one pass."
 
 OPERATOR = OperatorSpec(

@@ -82,15 +82,16 @@ OPERATOR = OperatorSpec(
             "triton/layernorm.py::run",
             targets=("cuda", "cpu"),
             description="Rows held in registers (one pass over memory, exact two-pass "
-            "variance) up to 32K wide; shifted sums over two passes beyond.",
+            "variance) up to 32K wide; shifted sums over two passes beyond. Warps per program "
+            "and the weight and bias loads' place tuned on the device.",
         ),
         SolutionSpec(
             "cuda",
             "cuda",
             "cuda/layernorm.cu::run",
             targets=("sm_90a",),
-            description="x staged in shared memory by cp.async, 16-byte accesses, one pass "
-            "over HBM, exact two-pass variance from shared memory.",
+            description="x and bias staged in shared memory by cp.async, 16-byte accesses, "
+            "one pass over HBM, exact two-pass variance from shared memory.",
         ),
         SolutionSpec(
             "torch_eager",

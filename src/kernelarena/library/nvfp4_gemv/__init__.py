@@ -92,6 +92,11 @@ def _workloads() -> tuple[WorkloadSpec, ...]:
     return tuple(made)
 
 
+_CUDA_HEADERS = (
+    "cuda/nvfp4_gemv_details.cuh",
+    "cuda/nvfp4_gemv_kernels.cuh",
+    "cuda/nvfp4_gemv_tuner.cuh",
+)
 _SOLUTION_NOTES = (
     "FP4 decoded by byte-permute (PRMT) lookups into int8, 16-value blocks summed exactly by "
     "dp4a, scaled in float32"
@@ -152,14 +157,17 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/nvfp4_gemv.py::run",
+            extra_files=("triton/nvfp4_gemv_details.py",),
             targets=("cuda", "cpu"),
-            description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; steps of 16 rows x 1024 values with "
-            "the next step's loads in flight, ~4 programs an SM each taking an equal row range.",
+            description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; steps of 16-32 rows x 1024 values "
+            "with the next step's loads in flight, each program an equal row range; the launch "
+            "config autotuned per (m, k, l) on the first call.",
         ),
         SolutionSpec(
             "triton_permuted",
             "triton",
             "triton/nvfp4_gemv.py::run_permuted",
+            extra_files=("triton/nvfp4_gemv_details.py",),
             targets=("cuda", "cpu"),
             description="The Triton solution reading sfa_permuted/sfb_permuted.",
         ),
@@ -167,16 +175,17 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda",
             "cuda/nvfp4_gemv.cu::run",
-            extra_files=("cuda/nvfp4_gemv_details.cuh",),
+            extra_files=_CUDA_HEADERS,
             targets=("sm_90a",),
-            description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; b held in registers, 16-byte "
-            "streaming loads double-buffered in registers, persistent blocks.",
+            description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; b held in registers, persistent "
+            "blocks; A through a per-thread cp.async ring in shared memory 3-5 tiles deep (or "
+            "double-buffered in registers), the variant timed per (m, k, l) on the first call.",
         ),
         SolutionSpec(
             "cuda_permuted",
             "cuda",
             "cuda/nvfp4_gemv.cu::run_permuted",
-            extra_files=("cuda/nvfp4_gemv_details.cuh",),
+            extra_files=_CUDA_HEADERS,
             targets=("sm_90a",),
             description="The CUDA solution reading sfa_permuted/sfb_permuted.",
         ),

@@ -80,7 +80,8 @@ OPERATOR = OperatorSpec(
             "triton/rmsnorm.py::run",
             targets=("cuda", "cpu"),
             description="Rows held in registers (one pass over memory) up to 32K wide, "
-            "several rows per program for narrow rows; two passes beyond.",
+            "several rows per program for narrow rows; two passes beyond. Warps per program "
+            "and the weight load's place tuned on the device per width, row bucket and dtype.",
         ),
         SolutionSpec(
             "cuda",

@@ -83,7 +83,8 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton/silu_and_mul.py::run",
             targets=("cuda", "cpu"),
-            description="Tiles of up to 4096 outputs sized for the shape; exp2 and fast division.",
+            description="Tiles tuned on the device (6 candidates, 512 to 4096 outputs); exp2 "
+            "and fast division.",
         ),
         SolutionSpec(
             "cuda",

@@ -2,22 +2,38 @@
 storage dtype); out = residual_out * rsqrt(mean(residual_out^2) + eps) * weight in float32, rounded
 once. ``run`` writes out and residual_out; ``run_inplace`` writes them into x and residual.
 
-Up to MAX_ROW_BLOCK columns a program holds whole rows in registers: x and residual are read once,
-out and residual_out written once (the bandwidth floor); narrow rows are packed several to a
-program. Wider rows take two passes: the second reads residual_out back (mostly from L2).
-In place, each element is loaded before the program stores to it, and programs own disjoint rows.
+Up to MAX_ROW_BLOCK columns a program holds BLOCK_ROWS whole rows in registers: x and residual are
+read once, out and residual_out written once (the bandwidth floor). Wider rows take two passes: the
+second reads residual_out back (mostly from L2). In place, each element is loaded before the
+program stores to it, and programs own disjoint rows.
+
+The launch plan is tuned on the device (triton.autotune) the first time a (width, row-count
+bucket, dtype) is seen, as in rmsnorm's Triton solution: warps per program and weight loaded
+before or after the reduction; CUDA graphs with the data in L2 time calls under
+WARM_TUNE_MAX_BYTES, CUDA events with L2 flushed the rest. In place, the tuning runs out of place
+into scratch outputs (the caller's x and residual are only read), and the chosen plan then runs in
+place: tuning never writes the caller's tensors. Calls under TUNE_MIN_ELEMENTS and the interpreter
+take the fixed plan. EVEN_N (a power-of-two width) drops the column masks.
 """
 
+import functools
 import os
 
 import torch
 import triton
 import triton.language as tl
+import triton.testing
 
 MAX_ROW_BLOCK = 32768  # 64 KB of bfloat16 per row: 32 values per thread at 32 warps
 WIDE_CHUNK = 8192
-TILE_ELEMENTS = 2048  # narrow rows: rows per program so a program covers at least this much
-ELEMENTS_PER_THREAD = 16  # two 16-byte vectors of 16-bit values per thread
+TILE_ELEMENTS = 2048  # fixed plan: rows per program so a program covers at least this much
+ELEMENTS_PER_THREAD = 16  # fixed plan: two 16-byte vectors of 16-bit values per thread
+TUNE_TILE = 4096  # tuned plans: elements per program (rows per program for narrow rows)
+TUNE_MIN_ELEMENTS = (
+    1 << 18
+)  # smaller calls take the fixed plan (tuning would cost more than it wins)
+WARM_TUNE_MAX_BYTES = 16 << 20  # under this a call's data stays in the 50-60 MB L2
+ROWS_BUCKET_MAX = 1 << 16  # row counts are tuned per power of two up to this
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -51,20 +67,28 @@ def _fused_add_rmsnorm_rows(
     eps,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    LATE_WEIGHT: tl.constexpr,
     SOFTWARE_BF16: tl.constexpr,
 ):
     row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     col = tl.arange(0, BLOCK_N)
-    col_in = col < hidden
+    if EVEN_N:  # noqa: SIM108 (a static branch: Triton resolves it at compile time)
+        col_in = col < BLOCK_N  # always true: folded away
+    else:
+        col_in = col < hidden
     mask = (row < rows)[:, None] & col_in[None, :]
     row64 = row.to(tl.int64)[:, None]
     x = tl.load(x_ptr + row64 * x_row_stride + col[None, :], mask=mask, other=0.0)
     r = tl.load(r_ptr + row64 * r_row_stride + col[None, :], mask=mask, other=0.0)
+    if not LATE_WEIGHT:
+        w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
     s = _to_storage(x.to(tl.float32) + r.to(tl.float32), r_out_ptr.dtype.element_ty, SOFTWARE_BF16)
     tl.store(r_out_ptr + row64 * r_out_row_stride + col[None, :], s, mask=mask)
-    w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
     s = s.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(s * s, axis=1) / hidden + eps)
+    if LATE_WEIGHT:
+        w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
     y = s * rstd[:, None] * w.to(tl.float32)[None, :]
     tl.store(
         out_ptr + row64 * out_row_stride + col[None, :],
@@ -119,18 +143,110 @@ def _fused_add_rmsnorm_wide(
         )
 
 
-def _launch(x, residual, weight, eps, out, residual_out) -> None:
+# -- launch plans ----------------------------------------------------------------------------------
+
+
+def _fixed_config(block_n: int) -> triton.Config:
+    block_rows = max(1, TILE_ELEMENTS // block_n)
+    num_warps = min(32, max(4, block_rows * block_n // (32 * ELEMENTS_PER_THREAD)))
+    return triton.Config(
+        {"BLOCK_ROWS": block_rows, "LATE_WEIGHT": False}, num_warps=num_warps, num_stages=1
+    )
+
+
+def tuning_configs(rows: int, hidden: int, multiprocessors: int = 132) -> list[triton.Config]:
+    """The candidates tuned for a [rows, hidden] call (rows-per-program bucketed by powers of two)."""
+    block_n = triton.next_power_of_2(hidden)
+    tile = max(block_n, TUNE_TILE)
+    block_rows = min(tile // block_n, _rows_bucket(rows))
+    programs = triton.cdiv(_rows_bucket(rows), block_rows)
+    # Under two programs per SM the call is one round trip to memory: weight loaded first.
+    many = programs >= 2 * multiprocessors
+    # 8 to 64 values a thread; 2 to 16 warps (32 for the widest rows: 64 values a thread at most).
+    fewest, most = (2, 16) if block_n <= 8192 else (4, 32)
+    configs = []
+    for per_thread in (8, 16, 32, 64):
+        warps = block_rows * block_n // (32 * per_thread)
+        if not fewest <= warps <= most:
+            continue
+        # Loaded first, 64 values a thread take 120-250 registers: late only, given the choice.
+        late = ((False, True) if per_thread < 64 else (True,)) if many else (False,)
+        configs += [
+            triton.Config(
+                {"BLOCK_ROWS": block_rows, "LATE_WEIGHT": lw}, num_warps=warps, num_stages=1
+            )
+            for lw in late
+        ]
+    return configs or [_fixed_config(block_n)]
+
+
+def _rows_bucket(rows: int) -> int:
+    return min(triton.next_power_of_2(max(rows, 1)), ROWS_BUCKET_MAX)
+
+
+@functools.lru_cache(maxsize=16)
+def _multiprocessors(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _tunes(x: torch.Tensor) -> bool:
+    """Tuning times kernels on the GPU: never under the interpreter."""
+    return not INTERPRETED and x.device.type == "cuda"
+
+
+def _bench_cold(kernel_call, quantiles):
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
+
+
+def _bench_warm(kernel_call, quantiles):
+    return triton.testing.do_bench_cudagraph(kernel_call, rep=10, quantiles=quantiles)
+
+
+# One autotuner per (width bucket, row bucket, ...): each caches its pick per tuning key.
+_TUNERS: dict[tuple, triton.runtime.Autotuner] = {}
+
+
+def _tuner(block_n: int, rows_bucket: int, multiprocessors: int, warm: bool):
+    key = (block_n, rows_bucket, multiprocessors, warm)
+    tuner = _TUNERS.get(key)
+    if tuner is None:
+        # Its tuning key adds the exact width and the dtypes.
+        configs = tuning_configs(rows_bucket, block_n, multiprocessors)
+        bench = _bench_warm if warm else _bench_cold
+        tuner = _TUNERS[key] = triton.autotune(configs=configs, key=["hidden"], do_bench=bench)(
+            _fused_add_rmsnorm_rows
+        )
+    return tuner
+
+
+def tuned_plans() -> dict[str, str]:
+    """The plans picked on this device so far, by (buckets, tuning key): for reports."""
+    return {f"{k} {key}": str(c) for k, t in _TUNERS.items() for key, c in t.cache.items()}
+
+
+# The plan chosen for in-place calls, per (width, row bucket, dtype): found out of place.
+_INPLACE_PLANS: dict[tuple, triton.Config] = {}
+
+
+def _check(x, residual, weight, out, residual_out) -> None:
     tensors = {"x": x, "residual": residual, "out": out, "residual_out": residual_out}
     if any(t.dim() != 2 or t.shape != x.shape for t in tensors.values()) or weight.shape != (
         x.shape[1],
     ):
         shapes = {name: tuple(t.shape) for name, t in {**tensors, "weight": weight}.items()}
         raise ValueError(f"fused_add_rmsnorm: shapes {shapes}")
+    if x.shape[1] > 1 and (
+        any(t.stride(1) != 1 for t in tensors.values()) or weight.stride(0) != 1
+    ):
+        raise ValueError("fused_add_rmsnorm: the last dimension of every tensor must be contiguous")
+
+
+def _launch(x, residual, weight, eps, out, residual_out, config, inplace: bool = False) -> None:
+    """``config``: that plan, untuned; None: the tuned plan (or the fixed one for small calls)."""
+    _check(x, residual, weight, out, residual_out)
     rows, hidden = x.shape
     if rows == 0 or hidden == 0:
         return
-    if hidden > 1 and (any(t.stride(1) != 1 for t in tensors.values()) or weight.stride(0) != 1):
-        raise ValueError("fused_add_rmsnorm: the last dimension of every tensor must be contiguous")
     args = (x, residual, weight, out, residual_out, rows, hidden, x.stride(0), residual.stride(0),
             out.stride(0), residual_out.stride(0), float(eps))  # fmt: skip
     block_n = triton.next_power_of_2(hidden)
@@ -139,16 +255,29 @@ def _launch(x, residual, weight, eps, out, residual_out) -> None:
             *args, CHUNK=WIDE_CHUNK, SOFTWARE_BF16=INTERPRETED, num_warps=16
         )
         return
-    block_rows = max(1, TILE_ELEMENTS // block_n)
-    num_warps = min(32, max(4, block_rows * block_n // (32 * ELEMENTS_PER_THREAD)))
-    grid = (triton.cdiv(rows, block_rows),)
-    _fused_add_rmsnorm_rows[grid](
-        *args,
-        BLOCK_ROWS=block_rows,
-        BLOCK_N=block_n,
-        SOFTWARE_BF16=INTERPRETED,
-        num_warps=num_warps,
-    )
+    meta = {"BLOCK_N": block_n, "EVEN_N": hidden == block_n, "SOFTWARE_BF16": INTERPRETED}
+    small = not _tunes(x) or rows * hidden < TUNE_MIN_ELEMENTS
+    if config is None and small:
+        config = _fixed_config(block_n)
+    if config is None:
+        warm = 4 * rows * hidden * x.element_size() < WARM_TUNE_MAX_BYTES
+        bucket = _rows_bucket(rows)
+        tuner = _tuner(block_n, bucket, _multiprocessors(x.device.index or 0), warm)
+        grid = lambda m: (triton.cdiv(rows, m["BLOCK_ROWS"]),)  # noqa: E731
+        if not inplace:
+            tuner[grid](*args, **meta)
+            return
+        plan_key = (block_n, bucket, warm, hidden, x.dtype, x.device.index)
+        config = _INPLACE_PLANS.get(plan_key)
+        if config is None:
+            # Tune out of place: the candidates write scratch outputs many times over, and x and
+            # residual (the in-place destinations) are only read.
+            scratch = (torch.empty_like(x), torch.empty_like(residual))
+            tuner[grid](x, residual, weight, *scratch, *args[5:9], *(s.stride(0) for s in scratch),
+                        float(eps), **meta)  # fmt: skip
+            config = _INPLACE_PLANS.setdefault(plan_key, tuner.best_config)
+    grid = (triton.cdiv(rows, config.kwargs["BLOCK_ROWS"]),)
+    _fused_add_rmsnorm_rows[grid](*args, **meta, **config.all_kwargs())
 
 
 def run(
@@ -159,8 +288,14 @@ def run(
     out: torch.Tensor,
     residual_out: torch.Tensor,
 ) -> None:
-    _launch(x, residual, weight, eps, out, residual_out)
+    _launch(x, residual, weight, eps, out, residual_out, None)
 
 
 def run_inplace(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
-    _launch(x, residual, weight, eps, x, residual)
+    _launch(x, residual, weight, eps, x, residual, None, inplace=True)
+
+
+def run_with_config(x, residual, weight, eps, out, residual_out, config: triton.Config) -> None:
+    """One candidate plan, untuned (tests run every candidate; out may alias x, residual_out
+    residual, as in place)."""
+    _launch(x, residual, weight, eps, out, residual_out, config)

@@ -5,11 +5,16 @@
 // - A row of x is copied to shared memory (cp.async, 16 bytes a copy, no registers held while in
 //   flight) and read there three times: for the mean, for the variance of x - mean (exact, no
 //   cancellation when the mean is large against the spread), and for the output. One pass over HBM.
-//   Rows are staged whole up to 8 copies per thread at 512 threads (32K bf16, 16K fp32 values);
-//   wider rows take two passes over global memory, with sums of x - x[0] and its square.
+//   Rows are staged whole up to 8 copies per thread at 512 threads (32K bf16, 16K fp32 values: 64
+//   KB, and as much again for bias); wider rows take two passes over global memory, with sums of
+//   x - x[0] and its square.
 // - weight is loaded into registers at the start, so its L2 latency overlaps x's HBM latency; bias
-//   after the reductions (both at the start take 128 registers and spill for 8 accesses of bf16).
-//   Both are read through the read-only path and stay in L2 for every row.
+//   is copied to shared memory at the start (cp.async, with x), one copy per block, and read from
+//   there for the output. (Held in registers beside weight it spills for 8 accesses of bf16; loaded
+//   into registers after the reductions, as before 2026-11-22, it cost every row an exposed L2 round
+//   trip and 128 registers a thread (ptxas, bf16, 8192 wide), so 4 blocks per SM: 78% of the copy
+//   bandwidth at 32768x8192 on an H200; now 94 registers and 32 KB of shared memory, 5 blocks per
+//   SM.) weight and bias stay in L2 for every row.
 // - Threads per row: the fewest (one warp at least) covering the row in 8 copies each; rows
 //   narrower than 4 warps share a block of 128 threads; few rows (launch-bound) spread wider.
 // - Row sums: warp shuffles, then one shared-memory step across the row's warps.
@@ -116,7 +121,7 @@ __device__ __forceinline__ float row_sum(float v, float* scratch) {
 
 // blockDim.y rows per block, blockDim.x threads per row; access a of a thread covers the kVec
 // elements from column (a * blockDim.x + threadIdx.x) * kVec, so a warp moves 512 contiguous bytes.
-// Dynamic shared memory: blockDim.y rows of `hidden` elements.
+// Dynamic shared memory: blockDim.y rows of `hidden` elements, then bias (`hidden` elements).
 template <typename T, int kVec, int kAccesses>
 __global__ void __launch_bounds__(kRowThreads)
     layernorm_rows_kernel(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
@@ -125,6 +130,7 @@ __global__ void __launch_bounds__(kRowThreads)
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   __shared__ float scratch[kRowThreads / 32];
   T* staged = reinterpret_cast<T*>(shared_bytes) + static_cast<int64_t>(threadIdx.y) * hidden;
+  T* staged_bias = reinterpret_cast<T*>(shared_bytes) + static_cast<int64_t>(blockDim.y) * hidden;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // dead threads still take part in the block's reductions
   const T* x_row = x + row * x_stride;
@@ -133,6 +139,12 @@ __global__ void __launch_bounds__(kRowThreads)
     const int col = (a * blockDim.x + threadIdx.x) * kVec;
     if (live && col < hidden) copy_to_shared<T, kVec>(staged + col, x_row + col);
   }
+  // bias, once per block, by all its threads (read back by others: the barrier below).
+  const int block_threads = blockDim.x * blockDim.y;
+  for (int col = (threadIdx.y * blockDim.x + threadIdx.x) * kVec; col < hidden;
+       col += block_threads * kVec) {
+    copy_to_shared<T, kVec>(staged_bias + col, bias + col);
+  }
   Pack<T, kVec> ws[kAccesses];
 #pragma unroll
   for (int a = 0; a < kAccesses; ++a) {
@@ -140,6 +152,7 @@ __global__ void __launch_bounds__(kRowThreads)
     if (live && col < hidden) ws[a] = load_read_only<T, kVec>(weight + col);
   }
   cp_async_wait();
+  __syncthreads();  // staged_bias is complete
   float sum = 0.f;
 #pragma unroll
   for (int a = 0; a < kAccesses; ++a) {
@@ -165,23 +178,17 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   const float rstd = rsqrtf(row_sum(sum_sq, scratch) / static_cast<float>(hidden) + eps);
-  // bias only now: held across the reductions with weight, it would spill (bf16, 8 accesses).
-  Pack<T, kVec> bs[kAccesses];
-#pragma unroll
-  for (int a = 0; a < kAccesses; ++a) {
-    const int col = (a * blockDim.x + threadIdx.x) * kVec;
-    if (live && col < hidden) bs[a] = load_read_only<T, kVec>(bias + col);
-  }
   T* out_row = out + row * out_stride;
 #pragma unroll
   for (int a = 0; a < kAccesses; ++a) {
     const int col = (a * blockDim.x + threadIdx.x) * kVec;
     if (live && col < hidden) {
       const Pack<T, kVec> p = load<T, kVec>(staged + col);
+      const Pack<T, kVec> b = load<T, kVec>(staged_bias + col);
       Pack<T, kVec> y;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        y.v[k] = from_float<T>((to_float(p.v[k]) - mean) * rstd * to_float(ws[a].v[k]) + to_float(bs[a].v[k]));
+        y.v[k] = from_float<T>((to_float(p.v[k]) - mean) * rstd * to_float(ws[a].v[k]) + to_float(b.v[k]));
       }
       store<T, kVec>(out_row + col, y);
     }
@@ -275,7 +282,8 @@ struct Args {
 template <typename T, int kVec, int kAccesses>
 void launch_rows(const Plan& p, const Args<T>& a, cudaStream_t stream) {
   auto kernel = layernorm_rows_kernel<T, kVec, kAccesses>;
-  const size_t shared = static_cast<size_t>(p.rows_per_block) * a.hidden * sizeof(T);
+  // The block's rows, then bias.
+  const size_t shared = static_cast<size_t>(p.rows_per_block + 1) * a.hidden * sizeof(T);
   // Past 48 KB of shared memory a block (static scratch included) must opt in (Hopper: 227 KB).
   if (shared + sizeof(float) * (kRowThreads / 32) > 48 * 1024) {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));

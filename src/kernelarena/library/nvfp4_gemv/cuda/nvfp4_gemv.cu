@@ -1,147 +1,75 @@
 // nvfp4_gemv in CUDA C++ for Hopper: c[i, 0, l] = sum_k a[i, k, l] sfa[i, k/16, l] b[0, k, l]
 // sfb[0, k/16, l], float32 sums rounded once to float16. ``run`` reads sfa/sfb, ``run_permuted``
-// the block-scaled copies (same kernel: a scale's address is row part + column part + batch part).
+// the block-scaled copies (same kernels: a scale's address is row part + column part + batch part).
 //
 // Purely memory-bound (m*k/2 + m*k/16 bytes of A and its scales per call; b is a few KB), so the
-// kernel streams A at HBM speed and keeps the decode off the critical path:
+// kernels stream A at HBM speed and keep the decode off the critical path:
 // - Decode without an FP4 instruction (cvt for e2m1x2 is sm_100+): PRMT looks up 4 codes at once in
 //   8-byte tables (12 + 2a for non-negative codes; 12 - 2|a| on the sign-flipped codes, where the
 //   selector's sign-replicate mode zeroes the other table's byte); dp4a multiplies by the int8 2b
 //   and sums. Per 8 values: 7 ALU operations (xor, 2 shifts, 4 PRMT) and 4 dp4a on the FMA-heavy
 //   pipe. A 16-value block sums exactly in int32; started from magic - 12 * sum(2b), its bits are the
 //   float 12582912 + sum(2a * 2b), so two FMAs apply sfb/4 and sfa (e4m3x2 -> half2, sm_89+).
-// - b is decoded once per block into registers (int8 2b, start values, sfb as float): each lane
-//   always owns the same chunks (16 bytes, 32 values) of every row.
-// - A: 16-byte loads (ld.global.nc.L1::no_allocate), coalesced (lane i reads chunk base + i),
-//   predicated instead of branched around; the next tile is loaded into a second register buffer
-//   before the current one is decoded. 4 chunks a buffer a lane, 2 blocks of <= 256 threads an SM
-//   (<= 128 registers): >= 28 KB of A in flight per SM while decoding, twice that while waiting.
+// - b is decoded once per block and batch into registers (int8 2b, start values, sfb as float):
+//   each lane always owns the same chunks (16 bytes, 32 values) of every row.
 // - Persistent blocks (as many as fit at once), each a contiguous range of work items (a tile of
-//   rows of one batch) balanced to within one item; b is decoded again only when the batch changes.
-// - Per-shape choice from C = k / 32 chunks a row (choose_config): chunks a lane 1 when C <= 32 or
+//   rows of one batch) balanced to within one item.
+// - Work split from C = k / 32 chunks a row (choose_config): chunks a lane 1 when C <= 32 or
 //   128 < C <= 256, else 2; k_warps = ceil(C / (32 * chunks a lane)) <= 8 warps share a row,
 //   their partial sums meeting in shared memory (one barrier a tile, double-buffered); 8 / k_warps
-//   row groups a block; rows a warp per tile = 4 / chunks a lane (every lane loads 4 chunks).
+//   row groups a block; rows a warp per tile = 4 / chunks a lane (every lane reads 4 chunks).
 //     k = 16384: 8 warps x 2 chunks a row, 2 rows a tile (256 threads);
 //     k = 7168: 7 warps x 1 chunk, 4 rows a tile (224 threads);
 //     k = 2048: 1 warp x 2 chunks a row, 8 row groups, 16 rows a tile (256 threads).
-//   Rows longer than 8 warps x 2 chunks (k > 16384) take several passes, without prefetching.
+// - How A reaches the registers: the variants (nvfp4_gemv_tuner.cuh), one kernel each.
+//   0, registers: 16-byte loads (ld.global.nc.L1::no_allocate) of the next tile into a second
+//     register buffer while the current one is decoded. In flight: 64 bytes a thread, ~32 KB an
+//     SM (2 blocks of 256 threads at <= 128 registers). Hopper needs ~4.3 TB/s x ~1-1.5 us of
+//     loaded latency / 132 SMs ~ 32-50 KB in flight an SM: this kernel sat at ~60% of the copy
+//     bandwidth on an H200 (24.5 / 56.8 / 12.8 us on the three benchmark shapes). It is the
+//     only one for rows longer than one sweep (k > 16384, several passes, no prefetch) and for
+//     scale tensors whose 4-scale groups are not 4-byte aligned.
+//   1-3, cp.async ring: each thread keeps its next S tiles of A and their scale words in flight
+//     into its own shared-memory slots (cp.async.cg 16 bytes, cp.async.ca 4 bytes, zero-filled
+//     past the row) and decodes from shared memory; thread-private slots need no barrier, only
+//     cp.async.wait_group. In flight an SM while decoding: (S - 1) x 64 bytes x threads: 96 KB
+//     at S = 4 and 2 blocks of 256 threads (1: 160 KB of ring an SM), 98 KB at S = 3 and 3
+//     blocks (2: 184 KB, <= 85 registers), 128 KB at S = 5 and 2 blocks (3: 205 KB), i.e. 3-4x
+//     the register kernel's, independent of registers. Expected: ~85-90% of the copy bandwidth
+//     on the two long shapes (the decode takes ~40-60% of the issue slots, now overlapped), and
+//     ~75-85% on 7168x2048x4 (7.8 us at the speed of light, where the ~1 us ramp of the first
+//     loads and the last partial item weigh most).
+// - The choice (nvfp4_gemv_tuner.cuh): the first call of a (device, m, k, l, scale layout) key
+//   times every variant that applies on the caller's inputs (CUDA events, the L2 flushed by a
+//   read of twice its size before each call, up to 7 interleaved rounds, the median deciding;
+//   ~20 ms) and remembers the winner; later calls cost a map lookup. Deterministic thereafter.
+//   A first call inside CUDA graph capture cannot synchronize: it runs variant 1 (else 0)
+//   untimed. KERNELARENA_NVFP4_GEMV_VARIANT=i forces variant i where it applies; ``run_variant``
+//   runs one explicitly (tests), ``chosen_variant`` reports the choice (benchmark).
 // - Output: a transposed butterfly (kRows - 1 + 5 - log2 kRows shuffles for kRows rows).
-// - SASS (nvcc 13, sm_90a): ~1.7 instructions a value for decode, dot and scales; ~1 more per
-//   value for addressing, loop and reduction at these tiles; no spills at 120-128 registers.
+// - The sums over the k_warps of a row are made by a different warp each tile (finish_tile), so
+//   that this extra work no longer delays one warp, and through the barrier the block, every tile.
+// - SASS (nvcc 13, sm_90a): ~1.6 instructions a value for decode, dot and scales; the ring
+//   kernels' main path is ~380-400 instructions a tile (128 values a thread, ~3 a value: ~0.8
+//   for the copies, ~0.2 for the ring reads, the rest reduction and loop) at 80-128 registers,
+//   no spills. At ~4 warps an SM sub-partition that is ~6 TB/s of issue-limited throughput at
+//   1.98 GHz against the ~3.9 TB/s the bar needs: enough, with less margin than the memory
+//   side now has. Next step if it proves issue-bound: A by bulk copies (cp.async.bulk, one lane a
+//   row), which would remove most of the ~0.8.
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
+#include <tvm/ffi/string.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
-#include "nvfp4_gemv_details.cuh"
+#include "nvfp4_gemv_tuner.cuh"
 
 namespace nvfp4_gemv {
 namespace {
-
-template <int kChunks>
-__global__ void __launch_bounds__(kMaxThreads, 2) gemv_kernel(const Params p) {
-  constexpr int kRows = Tile<kChunks>::kRows;
-  constexpr int kLog2Rows = log2_rows<kRows>();
-  __shared__ float partial[2][kMaxWarps * kRows];
-
-  const int lane_id = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int k_warp = warp % p.k_warps;
-  const int group = warp / p.k_warps;
-  const int groups = (blockDim.x >> 5) / p.k_warps;
-  const uint32_t rows_per_tile = groups * kRows;
-
-  const int64_t first = p.items * blockIdx.x / gridDim.x;
-  const int64_t last = p.items * (blockIdx.x + 1) / gridDim.x;
-  if (first >= last) return;  // the same for the whole block
-
-  // Always 0 ((threadIdx + 1) * m < 2^39), but ptxas cannot tell: the low table words then stay
-  // in two registers instead of being copied from a constant before every PRMT.
-  const uint32_t zero = static_cast<uint32_t>((static_cast<uint64_t>(threadIdx.x + 1) * p.m) >> 50);
-  const uint32_t positive = kPositiveLow + zero;
-  const uint32_t negative = kNegativeLow + zero;
-
-  // This warp's rows of a tile start at tile * rows_per_tile + group * kRows.
-  auto first_row = [&](Cursor at) { return at.tile * rows_per_tile + group * kRows; };  // < 2^31 + 2^10
-
-  // The warp's kRows partial sums -> outputs: directly when one warp holds a row, else through
-  // shared memory (slot by item parity: one barrier a tile is enough).
-  auto finish = [&](Cursor at, int64_t item, float (&acc)[kRows]) {
-    const float total = transpose_reduce<kRows>(acc, lane_id);
-    const int row = (lane_id >> (5 - kLog2Rows)) & (kRows - 1);
-    const bool writer = (lane_id & ((32 >> kLog2Rows) - 1)) == 0;
-    if (p.k_warps == 1) {
-      if (writer) store_row(p, at.batch, first_row(at) + row, total);
-      return;
-    }
-    float* slot = partial[item & 1];
-    if (writer) slot[warp * kRows + row] = total;
-    __syncthreads();
-    if (threadIdx.x < groups * kRows) {
-      const int g = threadIdx.x / kRows;
-      const int r = threadIdx.x % kRows;
-      float sum = 0.0f;
-      for (int w = 0; w < p.k_warps; ++w) sum += slot[(g * p.k_warps + w) * kRows + r];
-      store_row(p, at.batch, at.tile * rows_per_tile + g * kRows + r, sum);
-    }
-  };
-
-  Lane<kChunks> lane;
-  Vector<kChunks> vector;
-  Cursor at{first / p.tiles_per_batch, static_cast<uint32_t>(first % p.tiles_per_batch)};
-
-  if (p.passes > 1) {  // rows longer than one sweep: no prefetch, b decoded per pass
-    for (int64_t item = first; item < last; ++item, at = advance(p, at)) {
-      float acc[kRows] = {};
-      for (int pass = 0; pass < p.passes; ++pass) {
-        lane.set(p, pass, k_warp, lane_id);
-        Tile<kChunks> tile;
-        load_tile(p, lane, at, first_row(at), tile);
-        load_vector(p, lane, at.batch, positive, negative, vector);
-        accumulate(tile, vector, positive, negative, acc);
-      }
-      finish(at, item, acc);
-    }
-    return;
-  }
-
-  lane.set(p, 0, k_warp, lane_id);
-  Tile<kChunks> even, odd;  // ping-pong buffers, indexed at compile time
-  load_tile(p, lane, at, first_row(at), even);  // A first: its round trip overlaps b's
-  int64_t vector_batch = at.batch;
-  load_vector(p, lane, vector_batch, positive, negative, vector);
-
-  auto process = [&](Cursor here, int64_t item, const Tile<kChunks>& tile) {
-    if (here.batch != vector_batch) {
-      vector_batch = here.batch;
-      load_vector(p, lane, vector_batch, positive, negative, vector);
-    }
-    float acc[kRows] = {};
-    accumulate(tile, vector, positive, negative, acc);
-    finish(here, item, acc);
-  };
-
-  for (int64_t item = first; item < last; item += 2) {
-    const Cursor next = advance(p, at);
-    if (item + 1 < last) load_tile(p, lane, next, first_row(next), odd);
-    process(at, item, even);
-    const Cursor after = advance(p, next);
-    if (item + 2 < last) load_tile(p, lane, after, first_row(after), even);
-    if (item + 1 < last) process(next, item + 1, odd);
-    at = after;
-  }
-}
-
-struct Config {
-  int chunks_per_lane;
-  int k_warps;
-  int groups;
-  int passes;
-};
 
 Config choose_config(int64_t chunks) {
   Config config{};
@@ -152,31 +80,6 @@ Config choose_config(int64_t chunks) {
   const int64_t sweep = int64_t(config.k_warps) * 32 * config.chunks_per_lane;
   config.passes = static_cast<int>((chunks + sweep - 1) / sweep);
   return config;
-}
-
-int multiprocessors(int device) {
-  static int cached[64] = {};
-  if (device < 0 || device >= 64) device = 0;
-  if (cached[device] == 0) {
-    int count = 0;
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    cached[device] = std::max(count, 1);
-  }
-  return cached[device];
-}
-
-template <int kChunks>
-void launch_with(const Params& params, const Config& config, int device, cudaStream_t stream) {
-  const int threads = 32 * config.k_warps * config.groups;
-  static int resident[kMaxWarps + 1] = {};  // blocks per SM, by warps per block
-  int& per_sm = resident[threads / 32];
-  if (per_sm == 0) {
-    int blocks = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<kChunks>, threads, 0);
-    per_sm = std::max(blocks, 1);
-  }
-  const int64_t grid = std::min<int64_t>(params.items, int64_t(per_sm) * multiprocessors(device));
-  gemv_kernel<kChunks><<<static_cast<unsigned>(grid), threads, 0, stream>>>(params);
 }
 
 bool is_byte_type(DLDataType dtype, uint8_t code) {
@@ -229,8 +132,34 @@ void check_packed(const tvm::ffi::TensorView& t, const char* name) {
       << "nvfp4_gemv: " << name << ": more than 4 GB per batch is not supported";
 }
 
-void launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c, tvm::ffi::TensorView sfa,
-            tvm::ffi::TensorView sfb, bool permuted) {
+// The ring kernels read a chunk's scale pair from the 4-byte word of its 4-scale group: every
+// part of the scale address must keep 4-byte alignment.
+bool groups_aligned(const tvm::ffi::TensorView& s, const Strides& d) {
+  const int64_t parts = static_cast<int64_t>(reinterpret_cast<uintptr_t>(bytes_of(s))) | d.r32 | d.r4 | d.r128 |
+                        d.c_rest | d.batch;
+  return parts % 4 == 0;
+}
+
+// Restores the caller's current device: launches, occupancy queries and allocations then go to
+// the device of the tensors.
+struct DeviceGuard {
+  int previous = -1;
+  explicit DeviceGuard(int device) {
+    int current = device;
+    cudaGetDevice(&current);
+    if (current != device && cudaSetDevice(device) == cudaSuccess) previous = current;
+  }
+  ~DeviceGuard() {
+    if (previous >= 0) cudaSetDevice(previous);
+  }
+};
+
+// ``variant`` -1 chooses (tuning on the first call of a shape); else runs that variant and
+// returns false, launching nothing, when it does not apply to these inputs.
+bool launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c, tvm::ffi::TensorView sfa,
+            tvm::ffi::TensorView sfb, bool permuted, int variant) {
+  TVM_FFI_ICHECK(variant >= -1 && variant < kVariantCount)
+      << "nvfp4_gemv: variant " << variant << " is not one of 0.." << kVariantCount - 1;
   TVM_FFI_ICHECK(a.ndim() == 3 && b.ndim() == 3 && c.ndim() == 3) << "nvfp4_gemv: a, b and c must be 3-D";
   for (const tvm::ffi::TensorView* t : {&a, &b, &c, &sfa, &sfb}) {
     TVM_FFI_ICHECK(t->device().device_type == kDLCUDA && t->device().device_id == a.device().device_id)
@@ -257,12 +186,14 @@ void launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
   }
   TVM_FFI_ICHECK(c.dtype().code == kDLFloat && c.dtype().bits == 16 && c.dtype().lanes == 1)
       << "nvfp4_gemv: c must be float16";
-  if (m == 0 || l == 0) return;
+  TVM_FFI_ICHECK(forced_variant() != -2)
+      << "nvfp4_gemv: KERNELARENA_NVFP4_GEMV_VARIANT must be one of 0.." << kVariantCount - 1;
+  if (m == 0 || l == 0) return true;
   TVM_FFI_ICHECK(m < (int64_t(1) << 31)) << "nvfp4_gemv: at most 2^31 - 1 rows";
   check_packed(a, "a");
   check_packed(b, "b");
-  const ScaleLayout sfa_layout = scale_layout(sfa, permuted ? permuted_strides(sfa) : plain_strides(sfa), m,
-                                             k_scales, permuted ? "sfa_permuted" : "sfa");
+  const Strides sfa_strides = permuted ? permuted_strides(sfa) : plain_strides(sfa);
+  const ScaleLayout sfa_layout = scale_layout(sfa, sfa_strides, m, k_scales, permuted ? "sfa_permuted" : "sfa");
   const ScaleLayout sfb_layout = scale_layout(sfb, permuted ? permuted_strides(sfb) : plain_strides(sfb), 1,
                                              k_scales, permuted ? "sfb_permuted" : "sfb");
 
@@ -289,15 +220,30 @@ void launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
   params.k_warps = config.k_warps;
   params.passes = config.passes;
 
-  const int device = a.device().device_id;
-  auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(a.device().device_type, device));
-  if (config.chunks_per_lane == 1) {
-    launch_with<1>(params, config, device, stream);
-  } else {
-    launch_with<2>(params, config, device, stream);
+  const bool ring_ok = config.passes == 1 && groups_aligned(sfa, sfa_strides);
+  std::vector<int> candidates;
+  for (int v = 0; v < kVariantCount; ++v) {
+    if (kVariants[v].stages == 0 || ring_ok) candidates.push_back(v);
   }
+  const auto applies = [&](int v) { return std::find(candidates.begin(), candidates.end(), v) != candidates.end(); };
+  if (variant >= 0 && !applies(variant)) return false;  // run_variant with one that does not apply
+  if (variant < 0 && forced_variant() >= 0) variant = applies(forced_variant()) ? forced_variant() : 0;
+
+  const int device = a.device().device_id;
+  const DeviceGuard guard(device);
+  auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(a.device().device_type, device));
+  auto run_one = [&](int v) { return launch_variant(v, params, config, device, stream); };
+  bool ran = false;
+  if (variant < 0) {
+    const ChoiceKey key{device, m, k_packed, l, permuted ? 1 : 0, ring_ok ? 1 : 0};
+    std::tie(variant, ran) = choose_variant(key, candidates, run_one, device, stream);
+  }
+  const bool launched = ran || run_one(variant);
   const cudaError_t status = cudaGetLastError();
-  TVM_FFI_ICHECK(status == cudaSuccess) << "nvfp4_gemv: launch failed: " << cudaGetErrorString(status);
+  TVM_FFI_ICHECK(launched && status == cudaSuccess)
+      << "nvfp4_gemv: variant " << variant << " did not launch (no block fits, or " << cudaGetErrorString(status)
+      << ")";
+  return true;
 }
 
 }  // namespace
@@ -306,13 +252,40 @@ void launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
 // GPU MODE's calling convention: (a, b, sfa, sfb, sfa_permuted, sfb_permuted) then c, written.
 void run(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView sfa, tvm::ffi::TensorView sfb,
          tvm::ffi::TensorView sfa_permuted, tvm::ffi::TensorView sfb_permuted, tvm::ffi::TensorView c) {
-  nvfp4_gemv::launch(a, b, c, sfa, sfb, /*permuted=*/false);
+  nvfp4_gemv::launch(a, b, c, sfa, sfb, /*permuted=*/false, /*variant=*/-1);
 }
 
 void run_permuted(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView sfa, tvm::ffi::TensorView sfb,
                   tvm::ffi::TensorView sfa_permuted, tvm::ffi::TensorView sfb_permuted, tvm::ffi::TensorView c) {
-  nvfp4_gemv::launch(a, b, c, sfa_permuted, sfb_permuted, /*permuted=*/true);
+  nvfp4_gemv::launch(a, b, c, sfa_permuted, sfb_permuted, /*permuted=*/true, /*variant=*/-1);
+}
+
+// Tests and benchmarks: one variant explicitly (false, launching nothing, where it does not apply:
+// k > 16384, or scale groups not 4-byte aligned, for the ring variants); the variants; the choice.
+bool run_variant(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView sfa, tvm::ffi::TensorView sfb,
+                 tvm::ffi::TensorView sfa_permuted, tvm::ffi::TensorView sfb_permuted, tvm::ffi::TensorView c,
+                 int64_t variant, bool permuted) {
+  TVM_FFI_ICHECK(variant >= 0 && variant < nvfp4_gemv::kVariantCount)
+      << "nvfp4_gemv: variant " << variant << " is not one of 0.." << nvfp4_gemv::kVariantCount - 1;
+  return permuted ? nvfp4_gemv::launch(a, b, c, sfa_permuted, sfb_permuted, true, static_cast<int>(variant))
+                  : nvfp4_gemv::launch(a, b, c, sfa, sfb, false, static_cast<int>(variant));
+}
+
+int64_t variant_count() { return nvfp4_gemv::kVariantCount; }
+
+tvm::ffi::String variant_name(int64_t variant) {
+  TVM_FFI_ICHECK(variant >= 0 && variant < nvfp4_gemv::kVariantCount) << "nvfp4_gemv: no variant " << variant;
+  return tvm::ffi::String(nvfp4_gemv::kVariants[variant].name);
+}
+
+// The variant remembered for (m, k, l) and a scale layout; -1 before the first call.
+int64_t chosen_variant(int64_t m, int64_t k, int64_t l, bool permuted) {
+  return nvfp4_gemv::remembered_variant(m, k / 2, l, permuted);
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(run_permuted, run_permuted);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(run_variant, run_variant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(variant_count, variant_count);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(variant_name, variant_name);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chosen_variant, chosen_variant);

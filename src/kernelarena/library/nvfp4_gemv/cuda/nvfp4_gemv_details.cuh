@@ -1,4 +1,5 @@
-// Device code of the NVFP4 GEMV (see nvfp4_gemv.cu for the design and the per-shape choices).
+// Device code of the NVFP4 GEMV (see nvfp4_gemv.cu for the design and the per-shape choices):
+// the decode, the loads, and the pieces the two kernels of nvfp4_gemv_kernels.cuh share.
 //
 // Words: a "chunk" is 16 bytes of a row of A: 32 FP4 values, two scale blocks of 16, and the two
 // scale bytes of those blocks (adjacent in both scale layouts). Byte q of a chunk holds values 2q
@@ -271,6 +272,138 @@ constexpr int log2_rows() {
 
 __device__ __forceinline__ void store_row(const Params& p, int64_t batch, uint32_t row, float value) {
   if (row < p.m) p.c[batch * p.c_batch + row * p.c_row] = __float2half_rn(value);
+}
+
+// A warp's place in its block: k_warps warps share a row (each a slice of k), groups of them
+// take different rows; a tile is groups * kRows rows of one batch.
+struct Team {
+  int lane, warp, k_warp, group, groups;
+  uint32_t rows_per_tile;
+};
+
+__device__ __forceinline__ Team make_team(const Params& p, int rows) {
+  Team team;
+  team.lane = threadIdx.x & 31;
+  team.warp = threadIdx.x >> 5;
+  team.k_warp = team.warp % p.k_warps;
+  team.group = team.warp / p.k_warps;
+  team.groups = (blockDim.x >> 5) / p.k_warps;
+  team.rows_per_tile = team.groups * rows;
+  return team;
+}
+
+// First row of this warp's kRows rows in a tile (< 2^31 + 2^10).
+__device__ __forceinline__ uint32_t warp_first_row(const Team& team, Cursor at, int rows) {
+  return at.tile * team.rows_per_tile + team.group * rows;
+}
+
+// The warp's kRows partial sums -> outputs: directly when one warp holds a row, else through
+// shared memory (slot by item parity: one barrier a tile is enough, since a slot is written
+// again only after every reader has passed the next tile's barrier). The sums over the k_warps
+// are made by the first lanes of warp ``reducer``, which the caller rotates tile by tile: that
+// extra work then falls on every warp in turn instead of delaying one warp (and, through the
+// barrier, the block) every tile.
+template <int kRows>
+__device__ __forceinline__ void finish_tile(const Params& p, const Team& team, float (*partial)[kMaxWarps * kRows],
+                                            Cursor at, int64_t item, int reducer, float (&acc)[kRows]) {
+  constexpr int kLog2Rows = log2_rows<kRows>();
+  const float total = transpose_reduce<kRows>(acc, team.lane);
+  const int row = (team.lane >> (5 - kLog2Rows)) & (kRows - 1);
+  const bool writer = (team.lane & ((32 >> kLog2Rows) - 1)) == 0;
+  if (p.k_warps == 1) {
+    if (writer) store_row(p, at.batch, warp_first_row(team, at, kRows) + row, total);
+    return;
+  }
+  float* slot = partial[item & 1];
+  if (writer) slot[team.warp * kRows + row] = total;
+  __syncthreads();
+  if (team.warp == reducer && team.lane < team.groups * kRows) {  // groups * kRows <= 16
+    const int g = team.lane / kRows;
+    const int r = team.lane % kRows;
+    float sum = 0.0f;
+    for (int w = 0; w < p.k_warps; ++w) sum += slot[(g * p.k_warps + w) * kRows + r];
+    store_row(p, at.batch, at.tile * team.rows_per_tile + g * kRows + r, sum);
+  }
+}
+
+// The next reducing warp (see finish_tile); the same sequence in every thread of the block.
+__device__ __forceinline__ int next_reducer(int reducer) {
+  return reducer + 1 == static_cast<int>(blockDim.x >> 5) ? 0 : reducer + 1;
+}
+
+// -- the asynchronous ring (cp.async, sm_80+) --------------------------------------------------------
+// Each thread copies its own chunks and scale words into its own shared-memory slots and reads
+// back only those, so cp.async.wait_group alone orders the copy before the read: no barrier, no
+// mbarrier, nothing that can deadlock. A zero source size writes zeros and reads nothing.
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes of A, past L1 (.cg: A is read once).
+__device__ __forceinline__ void copy_async_16(uint32_t shared, const void* global, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global), "r"(bytes) : "memory");
+}
+
+// 4 scale bytes through L1 (.ca), which keeps the sectors neighbouring rows share (permuted layout).
+__device__ __forceinline__ void copy_async_4(uint32_t shared, const void* global, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared), "l"(global), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// A ring stage holds, per thread, kRows x kChunks slots (q = r * kChunks + i): a 16-byte chunk of
+// A at a_stage + q * a_step and the 4-byte scale group holding its pair at s_stage + q * s_step
+// (shared addresses; steps of blockDim.x elements, so a warp's slots are contiguous and its
+// 16-byte and 4-byte accesses free of bank conflicts). The group of a pair is the 4 scales
+// of column block j / 4 (adjacent, 4-byte aligned: the host checks): sfa_offset & ~3, the pair
+// at byte sfa_offset & 2 of it. Addresses are 32-bit offsets from the batch's A and sfa (the host
+// checks that every offset within a batch fits), formed once a tile and row: a warp's kRows
+// rows start on a multiple of kRows (which divides 32), so they share their 32-row group and their
+// scale rows are r32 bytes apart in both layouts. Rows past m, and a lane's chunks past the row
+// (offset 0), copy 0 bytes from row 0 of the batch (valid, aligned) and hold zeros.
+template <int kChunks>
+__device__ __forceinline__ void copy_tile(const Params& p, const Lane<kChunks>& lane, const uint8_t* a_batch,
+                                          const uint8_t* s_batch, uint32_t row0, uint32_t a_stage,
+                                          uint32_t s_stage, uint32_t a_step, uint32_t s_step) {
+  const uint32_t a_tile = row0 * p.a_row;
+  const uint32_t s_tile = p.sfa_layout.row(row0);
+#pragma unroll
+  for (int r = 0; r < Tile<kChunks>::kRows; ++r) {
+    const bool row_ok = row0 + r < p.m;
+    const uint32_t a_row = row_ok ? a_tile + r * p.a_row : 0u;
+    const uint32_t s_row = row_ok ? s_tile + r * p.sfa_layout.r32 : 0u;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const bool use = row_ok && lane.valid[i];
+      const uint32_t q = r * kChunks + i;
+      copy_async_16(a_stage + q * a_step, a_batch + (a_row + lane.a_offset[i]), use ? 16u : 0u);
+      copy_async_4(s_stage + q * s_step, s_batch + (s_row + (lane.sfa_offset[i] & ~3u)), use ? 4u : 0u);
+    }
+  }
+}
+
+// A lane's chunks are lane + 32 i past a multiple of 32, so their parity, and the place of their
+// scale pair in its 4-byte group (byte 2 (lane & 1)), is the lane's: ``pairs`` points at that
+// half of the lane's first scale word, and a slot's pair is 2 q step halves further.
+template <int kChunks>
+__device__ __forceinline__ void read_tile(const uint4* a_stage, const uint16_t* pairs, uint32_t step,
+                                          Tile<kChunks>& t) {
+#pragma unroll
+  for (int r = 0; r < Tile<kChunks>::kRows; ++r) {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const uint32_t q = r * kChunks + i;
+      t.a[r][i] = a_stage[q * step];
+      t.s[r][i] = pairs[2 * q * step];
+    }
+  }
 }
 
 }  // namespace nvfp4_gemv

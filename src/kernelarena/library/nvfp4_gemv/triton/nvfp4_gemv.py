@@ -1,31 +1,41 @@
 """NVFP4 block-scaled GEMV in Triton: c[i, 0, l] = sum_k a sfa b sfb, float32 sums, float16 out.
 
 Design (the operator is purely memory-bound: m*k/2 + m*k/16 bytes per call):
-- A is read as 8-byte words, each the 16 FP4 codes of one scale block, in steps of 16 rows x 64
-  blocks (1024 values, 512 bytes a row; fewer for short rows), streamed past the caches
-  (evict_first). The loop carries the next step's loads (A, sfa, b, sfb), issued before the
-  current step is decoded: a software prefetch, since Triton pipelines no loads here by itself.
+- A is read as 8-byte words, each the 16 FP4 codes of one scale block, streamed past the caches
+  (evict_first). Each loop carries the next step's loads, issued before the current step is
+  decoded: a software prefetch, since Triton pipelines no loads here by itself.
 - Hopper has no FP4 conversion instruction (cvt for e2m1x2 is sm_100+). On the GPU each block's
-  dot product is one inline-PTX sequence per 8-byte word: byte-permute (PRMT) lookups turn 4 codes
-  at a time into int8 (12 + 2*value for non-negative codes from one table, 12 - 2*|value| for
-  negative codes from a second table on the sign-flipped codes; PRMT's sign-replicate mode zeroes
-  the other table's byte) and dp4a accumulates them against the int8 vector, starting from
-  -12 * sum(2b) to cancel the offset. 16 products of 2a * 2b sum exactly in int32. The vector's
-  words are decoded the same way once a step and shared by the step's 16 rows.
-- Scales: e4m3 -> float32 (native cvt from sm_89), one per 16 values; the exact block sum times
-  sfa * sfb / 4 accumulates in a [16, 64] float32 tile (no cross-thread reduction inside the k
-  loop), summed over k at the end and rounded once to float16.
+  dot product is one inline-PTX sequence per 8-byte word (nvfp4_gemv_details.py): byte-permute
+  (PRMT) lookups turn 4 codes at a time into int8 (12 + 2*value for non-negative codes from one
+  table, 12 - 2*|value| for negative codes from a second table on the sign-flipped codes; PRMT's
+  sign-replicate mode zeroes the other table's byte) and dp4a accumulates them against the int8
+  vector, starting from -12 * sum(2b) to cancel the offset. 16 products of 2a * 2b sum exactly in
+  int32, then times sfa * sfb / 4 in float32 (e4m3 -> float32 is a native cvt from sm_89); each row
+  is summed in float32 and rounded once to float16.
 - Under the interpreter (no PTX) the same block sums come from integer arithmetic on the nibbles.
 - Scale layouts: ``run`` reads sfa/sfb, ``run_permuted`` reads the block-scaled copies; both are the
-  same kernel with a scale address of the form row_part(i) + column_part(j) + batch part.
-- Work split, every shape: a grid of (P, l) programs of 4 warps, P = round(4 * SMs / l), program p
-  taking rows [p m / P, (p + 1) m / P) of its batch: ~4 programs an SM in all, equal in rows to
-  within one, so no SM waits on a last partial wave. 7168x16384x1: 528 programs of 13-14 rows;
-  4096x7168x8: 66 x 8 programs of 62-63 rows; 7168x2048x4: 132 x 4 programs of 54-55 rows.
-- SASS (sm_90, Triton 3.7): the k loop is ~3.5 instructions per FP4 value (1.4 of them the A-side
-  PRMT/dp4a; the vector decode, repeated by each of the 4 warps, and the scales most of the rest),
-  126 registers: 4 programs an SM. 32 x 64 steps without the prefetch cost 2.8, 64 x 64 2.5 but
-  232 registers.
+  same kernels with a scale address of the form row_part(i) + column_part(j) + batch part.
+- Work split, every shape: a grid of (P, l) programs, P = round(PROGRAMS_PER_SM * SMs / l),
+  program p taking rows [p m / P, (p + 1) m / P) of its batch, equal in rows to within one, so no
+  SM waits on a last partial wave. A program steps over its rows BLOCK_M at a time and, for each,
+  over k 64 blocks (1024 values, 512 bytes a row) at a time; the vector's words are decoded each
+  step and shared by the step's BLOCK_M rows; the block products accumulate in a [BLOCK_M, 64]
+  float32 tile (no cross-thread reduction inside the k loop), summed over k at the end.
+- Why it sat at 37-57% of the copy bandwidth (H200, 2026-11-22): it is issue-bound, not
+  latency-bound (16 warps an SM x 2 steps x 64 bytes = 64 KB of A in flight an SM is enough):
+  the k loop took ~3.8 SASS instructions a value (the A side alone ~1.4: PRMT, xor, shifts,
+  dp4a; the vector's decode, done by every thread for its 2 columns every step, most of the rest),
+  i.e. ~14 us of issue on 7168x16384x1 against a 15.6 us speed of light. Changes:
+  - k_blocks is now specialized (divisible by 16 at the benchmark shapes): the masks are then
+    known uniform over word pairs, A loads become 16 bytes and the loop 3.5 instructions a value;
+  - triton.autotune per (m, k, l) over three configs (below): 32-row steps share each vector
+    decode between twice the rows (2.9 instructions a value, 255 registers, 2 programs an SM),
+    each timed on the first call's inputs with the L2 flushed; calls under 2^24 values take the
+    first config (each config is a compile). Expected: ~1.2x on the long shapes. The interpreter
+    runs only the first.
+  A kernel that decodes the vector once per program and steps over whole rows (k <= 16384) was
+  tried in SASS: 2.9 instructions a value at k = 16384 but 4.1 at k = 2048 (a cross-thread row
+  sum every step) and ~3 programs an SM at 163 registers; not kept.
 """
 
 import os
@@ -34,153 +44,37 @@ import torch
 import triton
 import triton.language as tl
 
-_BLOCK_M = 16  # rows a step
-_BLOCK_K = 64  # scale blocks (16 values, one 8-byte word) a row a step
+from .nvfp4_gemv_details import block_products, vector_operands
 
-# One scale block (16 codes, $1) against the int8 vector ($2: values 0-7, $3: 8-15), starting
-# from $4 = -12 * sum(2b). Tables: byte c of tp = 12 + 2 * e2m1(c), of tn = 12 - 2 * e2m1(c), c < 8.
-_BLOCK_DOT_PTX = tl.constexpr(
-    """
-{
-.reg .b32 x0, x1, v0, v1, v2, v3, n0, n1, h, t, acc;
-mov.b64 {x0, x1}, $1;
-mov.b64 {v0, v1}, $2;
-mov.b64 {v2, v3}, $3;
-xor.b32 n0, x0, 0x88888888;
-xor.b32 n1, x1, 0x88888888;
-prmt.b32 t, $5, $6, x0;
-dp4a.s32.s32 acc, t, v0, $4;
-prmt.b32 t, $7, $8, n0;
-dp4a.s32.s32 acc, t, v0, acc;
-shr.u32 h, x0, 16;
-prmt.b32 t, $5, $6, h;
-dp4a.s32.s32 acc, t, v1, acc;
-shr.u32 h, n0, 16;
-prmt.b32 t, $7, $8, h;
-dp4a.s32.s32 acc, t, v1, acc;
-prmt.b32 t, $5, $6, x1;
-dp4a.s32.s32 acc, t, v2, acc;
-prmt.b32 t, $7, $8, n1;
-dp4a.s32.s32 acc, t, v2, acc;
-shr.u32 h, x1, 16;
-prmt.b32 t, $5, $6, h;
-dp4a.s32.s32 acc, t, v3, acc;
-shr.u32 h, n1, 16;
-prmt.b32 t, $7, $8, h;
-dp4a.s32.s32 $0, t, v3, acc;
-}
-"""
-)
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_BLOCK_K = 64  # scale blocks (16 values, one 8-byte word) a row a step, at most
+_TUNED_ABOVE = 1 << 24  # values m * k * l: smaller calls (tests, odd shapes) take the first config
 
-# The vector's 16 codes ($3) -> int8 2 * value, codes 0-7 in $0 and 8-15 in $1, and $2 = -12 * their
-# sum. The tables give 12 + 2 * value; (w | 0x80) - 12 then ^ 0x80 per byte makes that the signed
-# byte 2 * value without borrows between bytes.
-_PACK_VECTOR_PTX = tl.constexpr(
-    """
-{
-.reg .b32 x0, x1, n0, n1, h, p, q, w0, w1, w2, w3, s, ones;
-mov.b32 ones, 0x01010101;
-mov.b64 {x0, x1}, $3;
-xor.b32 n0, x0, 0x88888888;
-xor.b32 n1, x1, 0x88888888;
-prmt.b32 p, $4, $5, x0;
-prmt.b32 q, $6, $7, n0;
-or.b32 w0, p, q;
-shr.u32 h, x0, 16;
-prmt.b32 p, $4, $5, h;
-shr.u32 h, n0, 16;
-prmt.b32 q, $6, $7, h;
-or.b32 w1, p, q;
-prmt.b32 p, $4, $5, x1;
-prmt.b32 q, $6, $7, n1;
-or.b32 w2, p, q;
-shr.u32 h, x1, 16;
-prmt.b32 p, $4, $5, h;
-shr.u32 h, n1, 16;
-prmt.b32 q, $6, $7, h;
-or.b32 w3, p, q;
-dp4a.u32.u32 s, w0, ones, 0;
-dp4a.u32.u32 s, w1, ones, s;
-dp4a.u32.u32 s, w2, ones, s;
-dp4a.u32.u32 s, w3, ones, s;
-sub.s32 s, s, 192;
-mul.lo.s32 $2, s, -12;
-or.b32 w0, w0, 0x80808080;
-sub.u32 w0, w0, 0x0C0C0C0C;
-xor.b32 w0, w0, 0x80808080;
-or.b32 w1, w1, 0x80808080;
-sub.u32 w1, w1, 0x0C0C0C0C;
-xor.b32 w1, w1, 0x80808080;
-or.b32 w2, w2, 0x80808080;
-sub.u32 w2, w2, 0x0C0C0C0C;
-xor.b32 w2, w2, 0x80808080;
-or.b32 w3, w3, 0x80808080;
-sub.u32 w3, w3, 0x0C0C0C0C;
-xor.b32 w3, w3, 0x80808080;
-mov.b64 $0, {w0, w1};
-mov.b64 $1, {w2, w3};
-}
-"""
-)
+# Specialized (by Triton's divisibility-by-16 and ==1 rules) only where it pays: A's and b's strides
+# (16-byte vector loads) and the scales' column stride (adjacent bytes); the rest would only
+# multiply compiled variants across shapes.
+_GENERIC = ["m", "sfa_r32", "sfa_r4", "sfa_r128", "sfa_c_rest", "sfa_batch"]
+_GENERIC += ["sfb_c_rest", "sfb_batch", "c_row", "c_batch", "batches"]
 
 
-@triton.jit
-def _permute_tables(blocks, m):
-    """PRMT tables, byte c: 12 + 2 * e2m1(c) (positive pair), 12 - 2 * e2m1(c) (negative pair).
-    The low words go in as registers, the high ones as immediates. ptxas copies a constant (or
-    uniform) low word into a fresh register before every PRMT that reads it (128 extra moves per
-    256 values); adding (blocks * m) >> 62, always 0 but per thread, keeps each in one register."""
-    zero = ((blocks.to(tl.int64) * m) >> 62).to(tl.int32)
-    return (
-        zero + 0x0F0E0D0C,
-        tl.full(blocks.shape, 0x18141210, tl.int32),
-        zero + 0x090A0B0C,
-        tl.full(blocks.shape, 0x00040608, tl.int32),
+def _prune(configs, named_args, **kwargs):
+    """Only the first config below _TUNED_ABOVE values (each config is a compile and a timing)."""
+    values = named_args["m"] * named_args["k_blocks"] * 16 * named_args["batches"]
+    return configs if values > _TUNED_ABOVE else configs[:1]
+
+
+def _bench(kernel_call, quantiles):
+    """Triton's timer (L2 flushed before each call) with short budgets: 5 ms warm-up, 25 ms."""
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
+
+
+def _autotune(configs):
+    return triton.autotune(
+        configs=configs[:1] if _INTERPRETING else configs,
+        key=["m", "k_blocks", "batches"],
+        prune_configs_by={"early_config_prune": _prune},
+        do_bench=_bench,
     )
-
-
-@triton.jit
-def _fp4_doubled(codes):
-    """FP4 codes (0-15) -> 2 * value, an integer in [-12, 12]."""
-    exponent = (codes >> 1) & 3
-    mantissa = codes & 1
-    magnitude = tl.where(exponent == 0, mantissa, ((2 + mantissa) << exponent) >> 1)
-    return tl.where((codes & 8) != 0, -magnitude, magnitude)
-
-
-@triton.jit
-def _pack_vector(words):
-    """16 codes a word -> int8 bytes of 2 * value (codes 0-7 in ``low``, 8-15 in ``high``) and
-    -12 * their sum, which cancels the +12 offset of the PTX tables."""
-    low = tl.zeros_like(words)
-    high = tl.zeros_like(words)
-    total = tl.zeros_like(words)
-    for i in tl.static_range(8):
-        value = _fp4_doubled((words >> (4 * i)) & 15)
-        low |= (value & 255) << (8 * i)
-        total += value
-    for i in tl.static_range(8):
-        value = _fp4_doubled((words >> (4 * i + 32)) & 15)
-        high |= (value & 255) << (8 * i)
-        total += value
-    return low, high, (-12 * total).to(tl.int32)
-
-
-@triton.jit
-def _signed_byte(packed, i: tl.constexpr):
-    byte = (packed >> (8 * i)) & 255
-    return tl.where(byte >= 128, byte - 256, byte)
-
-
-@triton.jit
-def _block_dot_integer(words, low, high):
-    """sum of 2a * 2b over one block from nibbles: the interpreter's path, same value as the PTX."""
-    total = tl.zeros(words.shape, dtype=tl.int64)
-    for i in tl.static_range(8):
-        total += _fp4_doubled((words >> (4 * i)) & 15) * _signed_byte(low, i)
-    for i in tl.static_range(8):
-        total += _fp4_doubled((words >> (4 * i + 32)) & 15) * _signed_byte(high, i)
-    return total.to(tl.int32)
 
 
 @triton.jit
@@ -211,52 +105,20 @@ def _load_step(
     return words, sfa, vector, sfb
 
 
-@triton.jit
-def _step_products(words, sfa, vector, sfb, blocks, m, USE_PTX: tl.constexpr):
-    """Per row and block: the exact block sum of 2a * 2b, times sfa * sfb / 4, in float32."""
-    if USE_PTX:
-        positive_low, positive_high, negative_low, negative_high = _permute_tables(blocks, m)
-        low, high, start_sum = tl.inline_asm_elementwise(
-            _PACK_VECTOR_PTX,
-            "=l,=l,=r,l,r,r,r,r",
-            [vector, positive_low, positive_high, negative_low, negative_high],
-            dtype=(tl.int64, tl.int64, tl.int32),
-            is_pure=True,
-            pack=1,
-        )
-        dots = tl.inline_asm_elementwise(
-            _BLOCK_DOT_PTX,
-            "=r,l,l,l,r,r,r,r,r",
-            [
-                words,
-                tl.broadcast_to(low[None, :], words.shape),
-                tl.broadcast_to(high[None, :], words.shape),
-                tl.broadcast_to(start_sum[None, :], words.shape),
-                tl.broadcast_to(positive_low[None, :], words.shape),
-                tl.broadcast_to(positive_high[None, :], words.shape),
-                tl.broadcast_to(negative_low[None, :], words.shape),
-                tl.broadcast_to(negative_high[None, :], words.shape),
-            ],
-            dtype=tl.int32,
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        low, high, start_sum = _pack_vector(vector)
-        dots = _block_dot_integer(words, low[None, :], high[None, :])
-    sfa = sfa.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    # The block sums count 2a * 2b: a quarter of the products.
-    sfb = sfb.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 0.25
-    return dots.to(tl.float32) * sfa * sfb[None, :]
+# Launch configs, programs an SM set to what fits (registers from ptxas, sm_90, Triton 3.7; more
+# than fit would leave a second, partial wave). SASS instructions a value in the k loop:
+#   16 rows x 4 warps: 3.5, 126 registers, 4 programs (16 warps) an SM: the measured baseline;
+#   32 rows x 4 warps: 2.9 (each thread's vector decode shared by twice the rows), 255
+#     registers, 2 programs (8 warps) an SM, the same bytes in flight (16 words a thread);
+#   16 rows x 2 warps: 2.9, 254 registers, 4 programs (8 warps) an SM: finer row ranges.
+_CONFIGS = [
+    triton.Config({"BLOCK_M": 16, "PROGRAMS_PER_SM": 4}, num_warps=4),
+    triton.Config({"BLOCK_M": 32, "PROGRAMS_PER_SM": 2}, num_warps=4),
+    triton.Config({"BLOCK_M": 16, "PROGRAMS_PER_SM": 4}, num_warps=2),
+]
 
 
-# Specialized (by Triton's divisibility-by-16 and ==1 rules) only where it pays: A's and b's strides
-# (16-byte vector loads) and the scales' column stride (adjacent bytes); the rest would only
-# multiply compiled variants across shapes.
-_GENERIC = ["m", "k_blocks", "sfa_r32", "sfa_r4", "sfa_r128", "sfa_c_rest", "sfa_batch"]
-_GENERIC += ["sfb_c_rest", "sfb_batch", "c_row", "c_batch"]
-
-
+@_autotune(_CONFIGS)
 @triton.jit(do_not_specialize=_GENERIC)
 def _nvfp4_gemv_kernel(
     a_ptr,
@@ -280,12 +142,15 @@ def _nvfp4_gemv_kernel(
     sfb_batch,
     c_row,
     c_batch,
-    BLOCK_M: tl.constexpr,
+    batches,
     BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    PROGRAMS_PER_SM: tl.constexpr,
     USE_PTX: tl.constexpr,
 ):
-    """Program (p, l) takes rows [p m / P, (p + 1) m / P) of batch l, BLOCK_M at a time. a/b
-    strides in 8-byte words, scale strides in bytes, c strides in elements. A scale's byte:
+    """Program (p, l) takes rows [p m / P, (p + 1) m / P) of batch l, BLOCK_M at a time; P is
+    about PROGRAMS_PER_SM * SMs / l (the launch grid; batches only keys the tuning). a/b strides
+    in 8-byte words, scale strides in bytes, c strides in elements. A scale's byte:
     (i % 32) r32 + (i // 32 % 4) r4 + (i // 128) r128 + (j % 4) c4 + (j // 4) c_rest + l batch."""
     batch = tl.program_id(1).to(tl.int64)
     program = tl.program_id(0).to(tl.int64)
@@ -315,7 +180,12 @@ def _nvfp4_gemv_kernel(
                 sfa_c4, sfa_c_rest, sfb_c4, sfb_c_rest,
             )  # fmt: skip
             words, sfa, vector, sfb = loaded
-            acc += _step_products(words, sfa, vector, sfb, steps + start, m, USE_PTX)
+            operands = vector_operands(vector, sfb, steps + start, m, USE_PTX)
+            low, high, start_sum, scale, pos_low, pos_high, neg_low, neg_high = operands
+            acc += block_products(
+                words, sfa, low, high, start_sum, scale, pos_low, pos_high, neg_low, neg_high,
+                USE_PTX,
+            )  # fmt: skip
             loaded = upcoming
         c = tl.sum(acc, axis=1)
         tl.store(c_ptr + batch * c_batch + rows * c_row, c.to(tl.float16), mask=row_ok)
@@ -324,9 +194,9 @@ def _nvfp4_gemv_kernel(
 _MULTIPROCESSORS = {}
 
 
-def _programs_per_batch(m, l, device):
-    """About 4 programs of 4 warps an SM in all (so ~16 warps an SM stream A), each batch split
-    evenly: rows per program differ by at most one."""
+def _programs_per_batch(m, l, device, block_m, programs_per_sm):
+    """About programs_per_sm programs an SM in all, each batch split evenly: rows per program
+    differ by at most one."""
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         if index not in _MULTIPROCESSORS:
@@ -334,7 +204,7 @@ def _programs_per_batch(m, l, device):
         multiprocessors = _MULTIPROCESSORS[index]
     else:
         multiprocessors = 1  # the interpreter: fewest programs
-    return max(1, min(triton.cdiv(m, _BLOCK_M), round(4 * multiprocessors / l)))
+    return max(1, min(triton.cdiv(m, block_m), round(programs_per_sm * multiprocessors / l)))
 
 
 def _check(condition, message):
@@ -364,7 +234,10 @@ def _launch(a, b, c, sfa, sfb, sfa_strides, sfb_strides):
             packed.stride(0) % 8 == 0 and packed.stride(2) % 8 == 0 and packed.data_ptr() % 8 == 0,
             f"{name} rows and batches must start on 8-byte boundaries",
         )
-    grid = (_programs_per_batch(m, l, a.device), l)
+
+    def grid(meta):
+        return (_programs_per_batch(m, l, a.device, meta["BLOCK_M"], meta["PROGRAMS_PER_SM"]), l)
+
     _nvfp4_gemv_kernel[grid](
         a.view(torch.uint8),
         b.view(torch.uint8),
@@ -382,10 +255,9 @@ def _launch(a, b, c, sfa, sfb, sfa_strides, sfb_strides):
         sfb_strides[5],
         c.stride(0),
         c.stride(2),
-        BLOCK_M=_BLOCK_M,
+        l,
         BLOCK_K=min(_BLOCK_K, triton.next_power_of_2(k_blocks)),
-        USE_PTX=os.environ.get("TRITON_INTERPRET", "0") != "1",
-        num_warps=4,
+        USE_PTX=not _INTERPRETING,
     )
 
 
