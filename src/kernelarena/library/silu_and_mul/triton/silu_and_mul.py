@@ -8,10 +8,11 @@ and the up half of each row, d elements apart.
 - 16-byte vectors when d and the row strides are multiples of 16 elements (Triton specializes
   arguments divisible by 16); int64 row offsets.
 - The tile is tuned on the device as scale's is (the same 6 candidates, Inductor's 1024 elements
-  at 4 warps and Liger's row of 2048 at 8 among them); plain loads by default (evict-first loads
-  cost 7% at 32768x8192 on an H200 against the plain-load peers). Calls under TUNE_MIN_ELEMENTS
-  outputs (128x4096 inputs are exactly at it) and the interpreter take the fixed plan, which
-  shrinks tiles until every SM gets two programs.
+  at 4 warps and Liger's row of 2048 at 8 among them). Plain loads by default: with evict-first
+  loads this kernel trailed the plain-load peers by 8% at 32768x8192 on an H200; the previous
+  fixed plan, evict-first, stays a candidate. Calls under TUNE_MIN_ELEMENTS outputs (128x4096
+  inputs are exactly at it) and the interpreter take the fixed plan, which shrinks tiles until
+  every SM gets two programs.
 """
 
 import functools
