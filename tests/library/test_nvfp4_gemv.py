@@ -1,6 +1,8 @@
 """nvfp4_gemv: the reference against a float64 decode from the bit definitions, the inputs' layouts,
-the PTX decode sequences (emulated), Triton under the interpreter, CUDA compiled; GPU runs of every
-solution on every workload of the operator (marked ``gpu``)."""
+the PTX decode sequences (emulated), Triton under the interpreter, CUDA compiled (and its host-side
+variant list); GPU runs (marked ``gpu``) of every solution on every workload of the operator, of
+every compiled CUDA variant explicitly, and of the CUDA launch choice (remembered, deterministic,
+falling back where the ring variants do not apply)."""
 
 from __future__ import annotations
 
@@ -351,6 +353,21 @@ def test_triton_small(device, suffix, generator, m, k, batches, n, params):
     solution(*(inputs[name] for name in INPUTS), c)
     assert_close(c, expected, **TOLERANCE["c"], name="c")
     assert_unchanged(inputs, before)
+
+
+@pytest.mark.parametrize("permuted", [False, True])
+@pytest.mark.parametrize(("m", "k", "batches"), [(77, 192, 3), (40, 1088, 1)])
+def test_triton_every_config(device, permuted, m, k, batches):
+    """Each launch config the autotuner chooses from, run explicitly (under the interpreter too:
+    the row tiling, masks and program split differ between configs)."""
+    runnable = build(NAME, "triton", str(device))
+    module = runnable.fn.__globals__
+    inputs = make(m, k, batches, "wide", seed=m + k, device=str(device))
+    expected = reference(NAME)["run"](*(inputs[name] for name in INPUTS))
+    for index in range(module["config_count"]()):
+        c = poisoned_output(m, batches, str(device))
+        module["run_config"](*(inputs[name] for name in INPUTS), c, index, permuted)
+        assert_close(c, expected, **TOLERANCE["c"], name=f"c (config {index})")
 
 
 def test_triton_empty_rows(device):

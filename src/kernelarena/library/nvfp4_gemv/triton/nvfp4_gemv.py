@@ -223,7 +223,8 @@ def _permuted_scale_strides(scales):
     return tuple(scales.stride())
 
 
-def _launch(a, b, c, sfa, sfb, sfa_strides, sfb_strides):
+def _launch(a, b, c, sfa, sfb, sfa_strides, sfb_strides, config=None):
+    """``config``: one of _CONFIGS to launch directly; None lets the autotuner choose."""
     m, k_packed, l = a.shape
     if m == 0 or l == 0:
         return
@@ -238,7 +239,10 @@ def _launch(a, b, c, sfa, sfb, sfa_strides, sfb_strides):
     def grid(meta):
         return (_programs_per_batch(m, l, a.device, meta["BLOCK_M"], meta["PROGRAMS_PER_SM"]), l)
 
-    _nvfp4_gemv_kernel[grid](
+    kernel, settings = _nvfp4_gemv_kernel, {}
+    if config is not None:
+        kernel, settings = _nvfp4_gemv_kernel.fn, {**config.kwargs, "num_warps": config.num_warps}
+    kernel[grid](
         a.view(torch.uint8),
         b.view(torch.uint8),
         sfa.view(torch.uint8),
@@ -258,6 +262,7 @@ def _launch(a, b, c, sfa, sfb, sfa_strides, sfb_strides):
         l,
         BLOCK_K=min(_BLOCK_K, triton.next_power_of_2(k_blocks)),
         USE_PTX=not _INTERPRETING,
+        **settings,
     )
 
 
@@ -277,3 +282,15 @@ def run_permuted(a, b, sfa, sfb, sfa_permuted, sfb_permuted, c):
         _permuted_scale_strides(sfa_permuted),
         _permuted_scale_strides(sfb_permuted),
     )
+
+
+def config_count():
+    """The launch configs the autotuner chooses from."""
+    return len(_CONFIGS)
+
+
+def run_config(a, b, sfa, sfb, sfa_permuted, sfb_permuted, c, index, permuted=False):
+    """Launch config ``index`` of _CONFIGS explicitly, bypassing the autotuner (tests)."""
+    scales = (sfa_permuted, sfb_permuted) if permuted else (sfa, sfb)
+    strides = _permuted_scale_strides if permuted else _plain_scale_strides
+    _launch(a, b, c, *scales, strides(scales[0]), strides(scales[1]), config=_CONFIGS[index])

@@ -1,0 +1,173 @@
+// The two NVFP4 GEMV kernels (see nvfp4_gemv.cu for the design): both persistent, each block a
+// contiguous range of work items (a tile of rows of one batch), b decoded into registers once per
+// batch, the same decode and reduction; they differ in how A reaches the registers.
+#pragma once
+
+#include "nvfp4_gemv_details.cuh"
+
+namespace nvfp4_gemv {
+
+// Items [first, last) of this block: p.items split evenly over the grid, to within one.
+__device__ __forceinline__ int64_t first_item(const Params& p, unsigned block) {
+  return p.items * block / gridDim.x;
+}
+
+// Always 0 ((threadIdx + 1) * m < 2^39), but ptxas cannot tell: the low PRMT table words then stay
+// in two registers instead of being copied from a constant before every PRMT.
+__device__ __forceinline__ uint32_t opaque_zero(const Params& p) {
+  return static_cast<uint32_t>((static_cast<uint64_t>(threadIdx.x + 1) * p.m) >> 50);
+}
+
+// Registers: 16-byte loads of the next tile into a second register buffer before the current one
+// is decoded (ping-pong). In flight per thread: one tile (kRows x kChunks chunks, 64 bytes).
+// Rows longer than one sweep (passes > 1) are only handled here, without prefetch.
+template <int kChunks>
+__global__ void __launch_bounds__(kMaxThreads, 2) gemv_kernel(const Params p) {
+  constexpr int kRows = Tile<kChunks>::kRows;
+  __shared__ float partial[2][kMaxWarps * kRows];
+
+  const Team team = make_team(p, kRows);
+  const int64_t first = first_item(p, blockIdx.x);
+  const int64_t last = first_item(p, blockIdx.x + 1);
+  if (first >= last) return;  // the same for the whole block
+
+  const uint32_t zero = opaque_zero(p);
+  const uint32_t positive = kPositiveLow + zero;
+  const uint32_t negative = kNegativeLow + zero;
+
+  Lane<kChunks> lane;
+  Vector<kChunks> vector;
+  Cursor at{first / p.tiles_per_batch, static_cast<uint32_t>(first % p.tiles_per_batch)};
+  int reducer = 0;
+
+  if (p.passes > 1) {  // rows longer than one sweep: no prefetch, b decoded per pass
+    for (int64_t item = first; item < last; ++item, at = advance(p, at)) {
+      float acc[kRows] = {};
+      for (int pass = 0; pass < p.passes; ++pass) {
+        lane.set(p, pass, team.k_warp, team.lane);
+        Tile<kChunks> tile;
+        load_tile(p, lane, at, warp_first_row(team, at, kRows), tile);
+        load_vector(p, lane, at.batch, positive, negative, vector);
+        accumulate(tile, vector, positive, negative, acc);
+      }
+      finish_tile<kRows>(p, team, partial, at, item, reducer, acc);
+      reducer = next_reducer(reducer);
+    }
+    return;
+  }
+
+  lane.set(p, 0, team.k_warp, team.lane);
+  Tile<kChunks> even, odd;  // ping-pong buffers, indexed at compile time
+  load_tile(p, lane, at, warp_first_row(team, at, kRows), even);  // A first: its round trip overlaps b's
+  int64_t vector_batch = at.batch;
+  load_vector(p, lane, vector_batch, positive, negative, vector);
+
+  auto process = [&](Cursor here, int64_t item, const Tile<kChunks>& tile) {
+    if (here.batch != vector_batch) {
+      vector_batch = here.batch;
+      load_vector(p, lane, vector_batch, positive, negative, vector);
+    }
+    float acc[kRows] = {};
+    accumulate(tile, vector, positive, negative, acc);
+    finish_tile<kRows>(p, team, partial, here, item, reducer, acc);
+    reducer = next_reducer(reducer);
+  };
+
+  for (int64_t item = first; item < last; item += 2) {
+    const Cursor next = advance(p, at);
+    if (item + 1 < last) load_tile(p, lane, next, warp_first_row(team, next, kRows), odd);
+    process(at, item, even);
+    const Cursor after = advance(p, next);
+    if (item + 2 < last) load_tile(p, lane, after, warp_first_row(team, after, kRows), even);
+    if (item + 1 < last) process(next, item + 1, odd);
+    at = after;
+  }
+}
+
+// Shared-memory ring: each thread keeps its next kStages tiles of A (and their scale groups) in
+// flight with cp.async into its own slots, independent of registers, and decodes from shared
+// memory. In flight per thread while it decodes: kStages - 1 tiles (64 bytes of A each). One
+// pass only (the host checks passes == 1). Dynamic shared memory: kStages * kRows * kChunks *
+// blockDim.x * 20 bytes (A chunks first, then the scale words).
+template <int kChunks, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks) gemv_async_kernel(const Params p) {
+  constexpr int kRows = Tile<kChunks>::kRows;
+  constexpr int kSlots = kRows * kChunks;
+  __shared__ float partial[2][kMaxWarps * kRows];
+  extern __shared__ uint4 ring[];
+
+  const Team team = make_team(p, kRows);
+  const int64_t first = first_item(p, blockIdx.x);
+  const int64_t last = first_item(p, blockIdx.x + 1);
+  if (first >= last) return;  // the same for the whole block
+
+  const uint32_t zero = opaque_zero(p);
+  const uint32_t positive = kPositiveLow + zero;
+  const uint32_t negative = kNegativeLow + zero;
+
+  const uint32_t threads = blockDim.x;
+  const uint32_t stage_slots = kSlots * threads;  // elements a stage, per array
+  const uint4* a_ring = ring + threadIdx.x;
+  const uint32_t* s_ring = reinterpret_cast<const uint32_t*>(ring + kStages * stage_slots) + threadIdx.x;
+  const uint16_t* pair_ring = reinterpret_cast<const uint16_t*>(s_ring) + (team.lane & 1);
+  const uint32_t a_ring_shared = shared_address(a_ring);
+  const uint32_t s_ring_shared = shared_address(s_ring);
+
+  Lane<kChunks> lane;
+  lane.set(p, 0, team.k_warp, team.lane);
+  Cursor at{first / p.tiles_per_batch, static_cast<uint32_t>(first % p.tiles_per_batch)};
+  Cursor ahead = at;  // the next tile to copy
+  int64_t copied = first;
+  int64_t copy_batch = -1;  // the batch of copy_a and copy_s
+  const uint8_t* copy_a = p.a;
+  const uint8_t* copy_s = p.sfa;
+
+  // Copies the next tile (if any) into a stage; always commits a group (possibly empty), so
+  // that group g is tile first + g and wait_copies<kStages - 1> before tile j finds it complete.
+  auto copy_next = [&](uint32_t stage) {
+    if (copied < last) {
+      if (ahead.batch != copy_batch) {
+        copy_batch = ahead.batch;
+        copy_a = p.a + copy_batch * p.a_batch;
+        copy_s = p.sfa + copy_batch * p.sfa_layout.batch;
+      }
+      copy_tile(p, lane, copy_a, copy_s, warp_first_row(team, ahead, kRows), a_ring_shared + stage * stage_slots * 16u,
+                s_ring_shared + stage * stage_slots * 4u, threads * 16u, threads * 4u);
+      ahead = advance(p, ahead);
+      ++copied;
+    }
+    commit_copies();
+  };
+
+#pragma unroll 1
+  for (uint32_t stage = 0; stage < kStages; ++stage) copy_next(stage);
+  // b after A: its round trip overlaps the ring's.
+  Vector<kChunks> vector;
+  int64_t vector_batch = at.batch;
+  load_vector(p, lane, vector_batch, positive, negative, vector);
+
+  uint32_t stage = 0;
+  int reducer = 0;
+#pragma unroll 1
+  for (int64_t item = first; item < last; ++item) {
+    wait_copies<kStages - 1>();
+    Tile<kChunks> tile;
+    read_tile(a_ring + stage * stage_slots, pair_ring + 2 * stage * stage_slots, threads, tile);
+    if (at.batch != vector_batch) {
+      vector_batch = at.batch;
+      load_vector(p, lane, vector_batch, positive, negative, vector);
+    }
+    float acc[kRows] = {};
+    accumulate(tile, vector, positive, negative, acc);
+    finish_tile<kRows>(p, team, partial, at, item, reducer, acc);
+    reducer = next_reducer(reducer);
+    // Refill the stage just read only now: its values were consumed above, so the new copy
+    // cannot overwrite them before they reached registers.
+    copy_next(stage);
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    at = advance(p, at);
+  }
+  wait_copies<0>();  // only empty groups remain; nothing may be in flight when the block exits
+}
+
+}  // namespace nvfp4_gemv
