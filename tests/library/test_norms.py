@@ -242,7 +242,7 @@ def test_triton_tuning_plumbing(
 ) -> None:
     """The tuned path, under the interpreter with a stand-in for the GPU timer that makes the last
     candidate fastest: every candidate runs once, the pick is cached and reused, the outputs are
-    right, and in place the tuning only reads x and residual (else the result would be off)."""
+    right. In place never tunes (see fused_add_rmsnorm/triton): the fixed plan, nothing timed."""
     if device.type == "cuda":
         pytest.skip("CPU test (the GPU tests run the real tuning)")
     module = built(op, "fp32", "triton", str(device)).fn.__globals__
@@ -255,13 +255,14 @@ def test_triton_tuning_plumbing(
 
     stand_ins = {"_tunes": lambda x: True, "_multiprocessors": lambda index: 1, "_TUNERS": {}}
     stand_ins |= {"_bench_cold": bench, "_bench_warm": bench, "TUNE_MIN_ELEMENTS": 0}
-    if "_INPLACE_PLANS" in module:
-        stand_ins["_INPLACE_PLANS"] = {}
     for name, value in stand_ins.items():
         monkeypatch.setitem(module, name, value)
     case = Case(7, 1000)
     candidates = module["tuning_configs"](case.rows, case.hidden, 1)
     check(op, "fp32", "triton", device, case)
+    if op.endswith("_inplace"):
+        assert timed == [] and module["tuned_plans"]() == {}
+        return
     assert len(timed) == len(candidates) > 1
     assert list(module["tuned_plans"]().values()) == [str(candidates[-1])]
     check(op, "fp32", "triton", device, case, seed=1)
@@ -412,8 +413,8 @@ def test_gpu_triton_every_tuning_candidate(op: str, device: torch.device) -> Non
 def test_gpu_triton_inplace_tunes_without_writing_its_inputs(
     suffix: str, device: torch.device
 ) -> None:
-    """The first in-place call of a new shape tunes (out of place, into scratch) and then runs in
-    place once: x and residual come out exactly as one in-place call leaves them."""
+    """In-place calls of a shape large enough to be tuned (they take the fixed plan: see the
+    solution's docstring) leave x and residual exactly as one in-place call should."""
     check("fused_add_rmsnorm_inplace", suffix, "triton", device, Case(257, 2500), seed=7)
     check("fused_add_rmsnorm_inplace", suffix, "triton", device, Case(257, 2500), seed=8)
 
