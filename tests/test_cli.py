@@ -84,3 +84,40 @@ def test_export_writes_a_loadable_dataset(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     exported = TraceSet.load(tmp_path / "out", strict=True)
     assert "scale_bf16" in exported.definitions
+
+
+def test_run_imports_a_module_that_registers_solutions(tmp_path: Path, monkeypatch: object) -> None:
+    """`--import` brings a user's registered solutions in; they run in the worker and pass."""
+    dataset = tmp_path / "dataset"
+    trace_set({}, root=dataset)
+    module = tmp_path / "user_kernels_for_cli_test.py"
+    module.write_text(
+        "import kernelarena\n\n\n"
+        "def scale_in_place_of_out(x, factor, out):\n"
+        "    out.copy_(x * factor)\n\n\n"
+        'kernelarena.register("vector_scale", scale_in_place_of_out, name="vector_scale_user")\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # type: ignore[attr-defined]
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "vector_scale",
+            "--dataset",
+            str(dataset),
+            "--device",
+            "cpu",
+            "--json",
+            "--trials",
+            "1",
+            "--solutions",
+            "vector_scale_user",
+            "--import",
+            "user_kernels_for_cli_test",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [(t["solution"], t["evaluation"]["status"]) for t in payload["traces"]] == [
+        ("vector_scale_user", "PASSED")
+    ]

@@ -187,8 +187,17 @@ def run(
         Optional[int],
         typer.Option("--ray-workers", help="Ray actors to start (default: as many as fit)"),
     ] = None,
+    imports: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--import",
+            help="a module of yours that calls kernelarena.register (repeatable); it is imported "
+            "here to learn its solutions, which still run only in the workers",
+        ),
+    ] = None,
 ) -> None:
     """Evaluate solutions on workloads: build, check, time, and append a trace for each."""
+    _import_user_modules(imports or [])
     from kernelarena.evaluate.devices import resolve_devices
     from kernelarena.evaluate.options import Options
     from kernelarena.evaluate.runner import PlanError, failed_statuses, plan, run_jobs
@@ -287,6 +296,19 @@ def run(
     )
     if summary.failures and not allow_failures:
         raise typer.Exit(1)
+
+
+def _import_user_modules(modules: list[str]) -> None:
+    import importlib
+
+    if modules and "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # the current folder, as `python -m` would
+    for module in modules:
+        try:
+            importlib.import_module(module.removesuffix(".py").replace("/", "."))
+        except Exception as error:
+            errors.print(f"[red]--import {module}: {type(error).__name__}: {error}[/red]")
+            raise typer.Exit(2) from None
 
 
 def _executor(kind: str, devices: list[str], timeouts: Timeouts) -> LocalExecutor:

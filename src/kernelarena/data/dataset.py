@@ -75,6 +75,10 @@ class TraceSet:
     origin: dict[str, str] = field(default_factory=dict)
     blob_roots: dict[str, Path] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.root is not None and not isinstance(self.root, Path):
+            self.root = Path(self.root)  # a string from a user is fine
+
     # -- loading ------------------------------------------------------------------------------
 
     @classmethod
