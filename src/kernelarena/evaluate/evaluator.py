@@ -410,7 +410,8 @@ class Evaluator:
                     target.copy_(value)
             expected = self._expected(definition, reference, prepared)
             produced = self._call(definition, runnable, prepared)
-            failed = [c for c in self._compare_all(definition, produced, expected) if not c.ok]
+            comparisons = self._compare_all(definition, produced, expected)
+            failed = [c for c in comparisons if not c.ok]
             if failed:
                 log = (
                     "after the timed runs the inputs were refilled in place with new values and the outputs "
@@ -418,9 +419,7 @@ class Evaluator:
                     "input address or content). " + "; ".join(c.describe() for c in failed)
                 )
                 raise CheckFailed(
-                    Status.INCORRECT_NUMERICAL,
-                    log,
-                    _with_details(Correctness(), self._compare_all(definition, produced, expected)),
+                    Status.INCORRECT_NUMERICAL, log, _with_details(Correctness(), comparisons)
                 )
 
     def _performance(
