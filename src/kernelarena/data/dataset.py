@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -376,22 +376,16 @@ class TraceSet:
                 target.write_bytes(source.read_bytes())
 
 
-def _dump_json(model: Schema) -> str:
-    return json.dumps(model.to_json_dict(), indent=2, ensure_ascii=False) + "\n"
-
-
 def _write_new(path: Path, model: Schema) -> None:
-    text = _dump_json(model)
-    if path.exists():
-        if path.read_text(encoding="utf-8") == text:
-            return
-        raise FileExistsError(f"{path} exists with other content; not replacing it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    _write_text(path, json.dumps(model.to_json_dict(), indent=2, ensure_ascii=False) + "\n")
 
 
 def _write_lines(path: Path, models: list[Trace]) -> None:
-    text = "".join(m.to_json() + "\n" for m in models)
+    _write_text(path, "".join(m.to_json() + "\n" for m in models))
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` to a new file; an existing file must already say the same."""
     if path.exists():
         if path.read_text(encoding="utf-8") == text:
             return
@@ -413,7 +407,3 @@ def append_line(path: Path, model: Schema) -> None:
         handle.write(line.encode("utf-8"))
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def read_json_any(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))

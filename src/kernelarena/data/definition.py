@@ -27,7 +27,7 @@ from pydantic import Discriminator, Field, Tag, model_validator
 
 from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema, Tagged
 from kernelarena.data.dtypes import DType
-from kernelarena.data.expressions import ExpressionError, evaluate, names, parse
+from kernelarena.data.expressions import ExpressionError, evaluate, names
 
 
 class AxisConst(Tagged, Schema):
@@ -309,7 +309,6 @@ def _content_hash(payload: dict[str, Any], ignore: Sequence[str] = ()) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-# Parsing is checked in _expression_problems; re-exported for callers that validate text alone.
 __all__ = [
     "Axis",
     "AxisConst",
@@ -318,5 +317,4 @@ __all__ = [
     "Definition",
     "TensorSpec",
     "Tolerance",
-    "parse",
 ]

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -283,7 +283,3 @@ def _death_note(exitcode: int | None) -> str:
             name = str(-exitcode)
         return f"the worker process died from signal {name} while running the solution"
     return f"the worker process exited with code {exitcode} while running the solution"
-
-
-def timeouts_dict(timeouts: Timeouts) -> dict[str, float]:
-    return asdict(timeouts)

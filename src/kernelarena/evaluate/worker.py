@@ -16,7 +16,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -154,10 +153,6 @@ def read_tail(path: str, limit: int = LOG_TAIL) -> str:
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-
-
-def options_dict(options: Any) -> dict[str, Any]:
-    return asdict(options)
 
 
 if __name__ == "__main__":
