@@ -79,10 +79,6 @@ def choose_arch(solution: Solution, device: str) -> str:
     return here
 
 
-def _gencode(arch: str) -> str:
-    return f"-gencode=arch=compute_{arch},code=sm_{arch}"
-
-
 class CudaBuilder:
     languages: tuple[Language, ...] = (Language.CUDA, Language.CPP)
 
@@ -98,12 +94,11 @@ class CudaBuilder:
             if dependency not in _LINK:
                 raise BuildError(f"spec.dependencies: '{dependency}' is not one of {sorted(_LINK)}")
             link += _LINK[dependency]
-        flags = [*CUDA_FLAGS, _gencode(arch)]  # key only: tvm-ffi adds the gencode itself
         sources = [(s.path, s.content) for s in solution.sources]
         key = cache_key(
             kind="tvm_ffi",
             sources=sources,
-            flags=flags,
+            flags=CUDA_FLAGS,  # tvm-ffi adds the gencode for ``arch`` itself
             link=link,
             arch=arch,
             toolchain=toolchain_version(),
