@@ -40,6 +40,7 @@ from kernelarena.data import (
 )
 from kernelarena.evaluate.benchmark import Benchmark
 from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.worker import describe_startup
 
 BATCHES = (1, 8, 32, 128, 512, 1024, 4096, 8192)
 # Triton runs under its interpreter on a CPU: the same count of evaluations at sizes it gets through.
@@ -190,11 +191,15 @@ def main() -> None:
                     "per_evaluation_s": wall / max(evaluations, 1),
                     "statuses": statuses,
                     "skipped": payload["skipped"],
+                    "worker_startup": [e.get("startup") for e in payload["environments"]],
                 }
             )
             print(
                 f"{label}: {wall:.2f} s for {evaluations} evaluations ({wall / max(evaluations, 1):.3f} s each); {statuses}"
             )
+            for worker in payload["environments"]:
+                if worker.get("startup"):
+                    print(f"  worker start-up {describe_startup(worker['startup'])}")
         if device.type == "cuda":
             report["copy_agreement"] = copy_agreement(device)
             print("copy agreement:", report["copy_agreement"])

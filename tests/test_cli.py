@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -51,6 +53,13 @@ def test_run_json_and_exit_codes(tmp_path: Path) -> None:
     statuses = {t["solution"]: t["evaluation"]["status"] for t in payload["traces"]}
     assert statuses == {"vector_scale_good_first": "PASSED", "vector_scale_raises": "RUNTIME_ERROR"}
     assert payload["environments"][0]["ceilings"]["copy_gbps"] > 0
+    # Where the worker's start-up went: listed with the environment, kept out of the traces.
+    startup = payload["environments"][0]["startup"]
+    assert startup["total_s"] > startup["python_s"] > 0
+    phases = startup["phases_s"]
+    assert list(phases) == ["import_torch_s", "import_kernelarena_s", "ceilings_s", "environment_s"]
+    assert phases["import_torch_s"] > 0 and sum(phases.values()) < startup["total_s"]
+    assert all("startup" not in t["evaluation"]["environment"] for t in payload["traces"])
     allowed = runner.invoke(
         app,
         [
@@ -66,6 +75,27 @@ def test_run_json_and_exit_codes(tmp_path: Path) -> None:
     )
     assert allowed.exit_code == 0, allowed.output
     assert "2 already done" in allowed.output
+    assert "worker start-up" in allowed.output and "import torch" in allowed.output
+
+
+def test_run_launches_its_workers_before_it_loads_the_schemas() -> None:
+    """A worker takes seconds to import torch: it is launched before this process imports the
+    schemas and loads the datasets (which then overlap its start), not after."""
+    code = (
+        "import sys\n"
+        "from kernelarena.evaluate.local import LocalExecutor\n"
+        "def launch(self):\n"
+        "    print(sorted(m for m in ('kernelarena.data', 'torch') if m in sys.modules))\n"
+        "    raise SystemExit(0)\n"
+        "LocalExecutor.launch = launch\n"
+        "from kernelarena.cli import main\n"
+        "sys.argv = ['kernelarena', 'run', '--device', 'cpu']\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_run_rejects_unknown_names(tmp_path: Path) -> None:

@@ -1,4 +1,8 @@
-"""The ``kernelarena`` command: thin, it calls the stages (data, evaluate, dispatch, report)."""
+"""The ``kernelarena`` command: thin, it calls the stages (data, evaluate, dispatch, report).
+
+The stages are imported inside the commands: ``run`` starts its workers (seconds to import torch)
+before this process builds the schemas (kernelarena.data, 0.25 s) and loads the datasets.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,14 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kernelarena.data import DatasetError, TraceSet
-from kernelarena.datasets import load_default, user_dataset_root
 from kernelarena.evaluate.jobs import Timeouts
 from kernelarena.evaluate.local import LocalExecutor
-from kernelarena.evaluate.runner import Executor
+from kernelarena.evaluate.worker import describe_startup
 
 if TYPE_CHECKING:
+    from kernelarena.data import TraceSet
     from kernelarena.evaluate.ray_executor import RayExecutor
+    from kernelarena.evaluate.runner import Executor
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 dispatch_app = typer.Typer(
@@ -55,6 +59,7 @@ def _warn_problems(trace_set: TraceSet) -> None:
 @app.command("list")
 def list_definitions(dataset: DatasetOption = None) -> None:
     """List the definitions with their axes, solutions, workloads and traces."""
+    from kernelarena.datasets import load_default
     from kernelarena.report.console import definitions_table
 
     combined, _ = load_default(dataset)
@@ -65,6 +70,8 @@ def list_definitions(dataset: DatasetOption = None) -> None:
 @app.command()
 def show(name: str, dataset: DatasetOption = None) -> None:
     """Show one definition: its schema, solutions, workloads and the latest results."""
+    from kernelarena.datasets import load_default
+
     combined, _ = load_default(dataset)
     definition = combined.definitions.get(name)
     if definition is None:
@@ -107,6 +114,9 @@ def validate(
     ] = None,
 ) -> None:
     """Check a dataset folder: every problem with its file and field; exit 1 if there is any."""
+    from kernelarena.data import TraceSet
+    from kernelarena.datasets import load_default, user_dataset_root
+
     if path is not None:
         trace_set = TraceSet.load(path)
         label = str(path)
@@ -200,8 +210,6 @@ def run(
     _import_user_modules(imports or [])
     from kernelarena.evaluate.devices import resolve_devices
     from kernelarena.evaluate.options import Options
-    from kernelarena.evaluate.runner import PlanError, failed_statuses, plan, run_jobs
-    from kernelarena.report.console import failure_details, run_tables
 
     out = errors if as_json else console
     timeouts = Timeouts(build_s=build_timeout, run_s=timeout)
@@ -225,6 +233,9 @@ def run(
             on_gpu = any(d.startswith("cuda") for d in devices)
             runner_executor = _executor(executor, devices, timeouts)
             runner_executor.launch()  # workers import torch while this process loads the datasets
+        from kernelarena.datasets import load_default
+        from kernelarena.evaluate.runner import plan
+
         combined, user = load_default(dataset)
         _warn_problems(combined)
         options = Options(trials=trials, timing=not no_timing)
@@ -236,11 +247,15 @@ def run(
             on_gpu,
             options,
         )
-    except (PlanError, ValueError, ImportError, RuntimeError, ConnectionError) as error:
+    except (ValueError, ImportError, RuntimeError, ConnectionError) as error:  # PlanError too
         if runner_executor is not None:
             runner_executor.close()
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
+    from kernelarena.data import DatasetError
+    from kernelarena.evaluate.runner import failed_statuses, run_jobs
+    from kernelarena.report.console import failure_details, run_tables
+
     out.print(f"{len(jobs)} jobs on {', '.join(devices)}; traces go to {user.root}")
     with Progress(
         TextColumn("{task.description}"),
@@ -285,6 +300,8 @@ def run(
                 f"{environment['device']}: {environment['hardware']}; copy {ceilings.get('copy_gbps', 0):.0f} GB/s, "
                 f"matmul {ceilings.get('matmul_tflops', 0):.1f} TFLOP/s"
             )
+            if environment.get("startup"):
+                console.print(f"  worker start-up {describe_startup(environment['startup'])}")
         run_tables(combined, summary.traces, summary.skipped, console)
         failure_details(summary.traces, console)
     counts = failed_statuses(summary)
@@ -358,6 +375,8 @@ def _ray_executor(
 @app.command()
 def export(path: Path, dataset: DatasetOption = None) -> None:
     """Write the built-in library (and the user dataset) as a FlashInfer-Trace dataset folder."""
+    from kernelarena.datasets import load_default
+
     combined, _ = load_default(dataset)
     try:
         combined.save(path)
@@ -384,6 +403,7 @@ def dispatch_show(
     """Print the apply table: per shape key the winner, its median, the margin, how it won."""
     import torch
 
+    from kernelarena.datasets import load_default
     from kernelarena.dispatch.aot import device_kind_of, measured_hardware
     from kernelarena.dispatch.store import load_or_build
     from kernelarena.evaluate.environment import hardware_name
@@ -423,6 +443,7 @@ def build_command(
     """Build solutions into the build cache ahead of time (CUDA compiles for sm_90a without a GPU)."""
     from rich.table import Table
 
+    from kernelarena.datasets import load_default
     from kernelarena.dispatch.aot import build_winners
     from kernelarena.evaluate.runner import PlanError, select_definitions
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import torch
+import triton
 
 from kernelarena.build import DependencyMissing, Runnable
 from kernelarena.testing import assert_close, build, library_definition, reference
@@ -262,6 +263,41 @@ def test_cpu_triton_tuning_plumbing(op: str, monkeypatch: pytest.MonkeyPatch) ->
     assert list(module["tuned_plans"]().values()) == [str(candidates[-1])]
     check(name, "triton", args, expected)
     assert len(timed) == len(candidates), "the pick is cached"
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_cpu_triton_tuning_picks_are_kept_on_disk_per_tuner(
+    op: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every tuner asks Triton to keep its timings on disk (cache_results), and two tuners with the
+    same candidates and the same width (row buckets 64 and 128 here) still differ in their tuning
+    key, which names the file those timings go to: one never reads the other's pick."""
+    if HAS_CUDA:
+        pytest.skip("CPU test (the GPU tests run the real tuning)")
+    made: list[dict[str, Any]] = []
+    autotune = triton.autotune
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        made.append(kwargs)
+        return autotune(*args, **kwargs)
+
+    def bench(kernel_call: Any, quantiles: Any) -> list[float]:
+        kernel_call()
+        return [1.0] * len(quantiles)
+
+    monkeypatch.setattr(triton, "autotune", spy)
+    module = runnable(f"{op}_fp32", "triton", "cpu").fn.__globals__
+    stand_ins = {"_tunes": lambda x: True, "_TUNERS": {}, "TUNE_MIN_ELEMENTS": 0}
+    for key, value in {**stand_ins, "_bench_cold": bench, "_bench_warm": bench}.items():
+        monkeypatch.setitem(module, key, value)
+    for rows in (64, 100):
+        name, args, expected = make_case(OPS[op], "fp32", rows, 256, "cpu")
+        check(name, "triton", args, expected)
+    assert len(made) == 2 and all(m["cache_results"] and "tune_tag" in m["key"] for m in made)
+    tuners = list(module["_TUNERS"].values())
+    assert [str(c) for c in tuners[0].configs] == [str(c) for c in tuners[1].configs]
+    (first,), (second,) = (list(t.cache) for t in tuners)
+    assert first[0] == second[0] and first != second
 
 
 @pytest.mark.parametrize("definition", [*CUDA_SOURCES, "gelu_tanh_and_mul_bf16"])

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+import triton
 
 from kernelarena.build import DependencyMissing, Runnable, build_solution
 from kernelarena.data import Definition
@@ -267,6 +268,41 @@ def test_triton_tuning_plumbing(
     assert list(module["tuned_plans"]().values()) == [str(candidates[-1])]
     check(op, "fp32", "triton", device, case, seed=1)
     assert len(timed) == len(candidates), "the pick is cached"
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if not op.endswith("_inplace")])
+def test_triton_tuning_picks_are_kept_on_disk_per_tuner(
+    op: str, device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every tuner asks Triton to keep its timings on disk (cache_results), and two tuners with the
+    same candidates and the same width (row buckets 8 and 16 here) still differ in their tuning
+    key, which names the file those timings go to: one never reads the other's pick."""
+    if device.type == "cuda":
+        pytest.skip("CPU test (the GPU tests run the real tuning)")
+    module = built(op, "fp32", "triton", str(device)).fn.__globals__
+    made: list[dict[str, Any]] = []
+    autotune = triton.autotune
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        made.append(kwargs)
+        return autotune(*args, **kwargs)
+
+    def bench(kernel_call: Any, quantiles: Any) -> list[float]:
+        kernel_call()
+        return [1.0] * len(quantiles)
+
+    monkeypatch.setattr(triton, "autotune", spy)
+    stand_ins = {"_tunes": lambda x: True, "_multiprocessors": lambda index: 1, "_TUNERS": {}}
+    stand_ins |= {"_bench_cold": bench, "_bench_warm": bench, "TUNE_MIN_ELEMENTS": 0}
+    for name, value in stand_ins.items():
+        monkeypatch.setitem(module, name, value)
+    for rows in (7, 13):
+        check(op, "fp32", "triton", device, Case(rows, 1000))
+    assert len(made) == 2 and all(m["cache_results"] and "tune_tag" in m["key"] for m in made)
+    tuners = list(module["_TUNERS"].values())
+    assert [str(c) for c in tuners[0].configs] == [str(c) for c in tuners[1].configs]
+    (first,), (second,) = (list(t.cache) for t in tuners)
+    assert first[0] == second[0] == 1000 and first != second
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -58,35 +58,42 @@ def compare(
     if total == 0:
         return Comparison(name, True)
     nan_a, nan_e = torch.isnan(a), torch.isnan(e)
-    inf_e = torch.isinf(e)
+    inf_a, inf_e = torch.isinf(a), torch.isinf(e)
     finite = torch.isfinite(a) & torch.isfinite(e)
-    difference = torch.where(finite, (a - e).abs(), torch.zeros_like(a))
-    within = difference <= tolerance.atol + tolerance.rtol * e.abs()
-    positional = (nan_a != nan_e) | (inf_e & (a != e)) | (torch.isinf(a) & ~inf_e)
+    e_abs = e.abs()
+    difference = torch.where(finite, (a - e).abs(), 0.0)
+    within = difference <= tolerance.atol + tolerance.rtol * e_abs
+    spurious_inf = inf_a & ~inf_e
+    positional = (nan_a != nan_e) | (inf_e & (a != e)) | spurious_inf
     good = (within & finite) | (nan_a & nan_e) | (inf_e & (a == e))
-    mismatched = ~good
-    max_abs = float(difference.max()) if total else 0.0
-    meaningful = finite & (e.abs() > max(tolerance.atol, 1e-30))
-    relative = torch.where(meaningful, difference / e.abs().clamp_min(1e-30), torch.zeros_like(a))
-    max_rel = float(relative.max())
-    if bool(positional.any()):
-        max_abs = (
-            float("inf")
-            if bool((torch.isinf(a) & ~inf_e).any() | (nan_a & ~nan_e).any())
-            else max_abs
-        )
-    count = int(mismatched.sum())
+    meaningful = finite & (e_abs > max(tolerance.atol, 1e-30))
+    relative = torch.where(meaningful, difference / e_abs.clamp_min(1e-30), 0.0)
+    # Every scalar in one tensor, brought to the host once: each float() or bool() of a GPU tensor
+    # waits for the GPU, and there were five or six such waits per output.
+    scalars = [
+        difference.max(),
+        relative.max(),
+        positional.any(),
+        (spurious_inf | (nan_a & ~nan_e)).any(),  # an infinity or NaN the reference lacks
+        good.sum(),
+    ]
+    max_abs, max_rel, any_positional, any_spurious, good_count = torch.stack(
+        [value.to(torch.float64) for value in scalars]
+    ).tolist()
+    if any_positional:
+        max_abs = float("inf") if any_spurious else max_abs
+    count = total - int(good_count)
     matched_ratio = 1 - count / total
-    ok = not bool(positional.any()) and matched_ratio >= tolerance.required_matched_ratio
+    ok = not any_positional and matched_ratio >= tolerance.required_matched_ratio
     result = Comparison(name, ok, max_abs, max_rel, count, total)
     if not ok:
-        if bool(positional.any()):
+        if any_positional:
             result.reason = "NaN or infinity where the reference has none (or the reverse)"
             where = positional
         else:
             needed = tolerance.required_matched_ratio
             result.reason = f"matched {matched_ratio:.4%} of elements, needs {needed:.4%} within atol={tolerance.atol:g} rtol={tolerance.rtol:g}"
-            where = mismatched
+            where = ~good
         for index in where.nonzero()[:5].tolist():
             result.first_mismatches.append(
                 {
@@ -100,17 +107,33 @@ def compare(
 
 def inputs_unchanged(name: str, before: torch.Tensor, after: torch.Tensor) -> str | None:
     """None when ``after`` holds the same bits as ``before``; else a sentence saying where."""
-    if before.shape != after.shape:
-        return f"input '{name}' changed shape from {tuple(before.shape)} to {tuple(after.shape)}"
-    same = (
-        before.view(torch.uint8) == after.view(torch.uint8)
-        if before.dtype.itemsize == 1
-        else _bits_equal(before, after)
-    )
-    if bool(same.all()):
-        return None
-    changed = (~same).nonzero()[:3].tolist()
-    return f"input '{name}' was modified by the solution (first changed elements at {changed})"
+    return first_changed_input({name: (before, after)})
+
+
+def first_changed_input(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> str | None:
+    """``inputs_unchanged`` over several inputs, in order: the sentence for the first that changed,
+    or None. One wait for the GPU for them all, not one per input."""
+    same: dict[str, torch.Tensor] = {}
+    for name, (before, after) in pairs.items():
+        if before.shape == after.shape:
+            same[name] = (
+                before.view(torch.uint8) == after.view(torch.uint8)
+                if before.dtype.itemsize == 1
+                else _bits_equal(before, after)
+            )
+    flags = torch.stack([s.all() for s in same.values()]).tolist() if same else []
+    unchanged = dict(zip(same, flags, strict=True))
+    for name, (before, after) in pairs.items():
+        if name not in same:
+            return (
+                f"input '{name}' changed shape from {tuple(before.shape)} to {tuple(after.shape)}"
+            )
+        if not unchanged[name]:
+            changed = (~same[name]).nonzero()[:3].tolist()
+            return (
+                f"input '{name}' was modified by the solution (first changed elements at {changed})"
+            )
+    return None
 
 
 def _bits_equal(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:

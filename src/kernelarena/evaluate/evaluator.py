@@ -9,6 +9,7 @@ outputs again, so a solution that caches results by input address or content is 
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from kernelarena.data import (
     Trace,
     Workload,
 )
-from kernelarena.evaluate.compare import Comparison, compare, inputs_unchanged
+from kernelarena.evaluate.compare import Comparison, compare, first_changed_input
 from kernelarena.evaluate.inputs import (
     Value,
     allocate_outputs,
@@ -40,7 +41,13 @@ from kernelarena.evaluate.inputs import (
     seed_for,
 )
 from kernelarena.evaluate.options import Options, make_trace
-from kernelarena.evaluate.timing import Timing, time_cpu, time_cuda, time_cuda_graph
+from kernelarena.evaluate.timing import (
+    Timing,
+    probe_cuda_graph,
+    time_cpu,
+    time_cuda,
+    time_cuda_graph,
+)
 
 
 @dataclass
@@ -254,14 +261,16 @@ class Evaluator:
                 raise CheckFailed(
                     Status.INCORRECT_NUMERICAL, log, _with_details(worst, comparisons)
                 )
+            pairs = {}
             for name, snapshot in before.items():
                 current = prepared.inputs[name]
                 assert isinstance(current, torch.Tensor)
-                changed = inputs_unchanged(name, snapshot, current)
-                if changed:
-                    raise CheckFailed(
-                        Status.INCORRECT_NUMERICAL, f"trial {trial + 1}: {changed}", worst
-                    )
+                pairs[name] = (snapshot, current)
+            changed = first_changed_input(pairs)
+            if changed:
+                raise CheckFailed(
+                    Status.INCORRECT_NUMERICAL, f"trial {trial + 1}: {changed}", worst
+                )
         return worst
 
     def _compare_all(
@@ -291,8 +300,9 @@ class Evaluator:
         options: Options,
         blob_root: Path | None,
     ) -> Performance:
-        """Events with the L2 flushed; short kernels again as CUDA graph replays over input sets
-        rotated through more memory than the L2 holds, so both modes start from device memory."""
+        """CUDA graph replays for calls short on the GPU (``_short``), over input sets rotated
+        through more memory than the L2 holds; events with the L2 flushed for the rest, so both
+        modes start from device memory."""
 
         def prepare(index: int, dps: bool) -> _Prepared:
             seed = seed_for(workload, f"timing{index}")
@@ -331,12 +341,17 @@ class Evaluator:
         return self._performance(definition, workload, axes, timing, reference_timing, options)
 
     def _short(self, fn: Callable[[int], Any], options: Options) -> bool:
-        """A few timed calls decide the mode: under ``graph_below_us``, CUDA graphs (launch gaps
-        would dominate per-call events), so the longer event run is spent only where it is used."""
+        """The GPU time of a call decides the mode: under ``graph_below_us``, CUDA graphs (launch
+        gaps would dominate per-call events), so the longer event run is spent only where it is
+        used. A few calls timed with events give the GPU time when the GPU is the slower side;
+        when the host takes as long to submit a call as the events measured (an autotuned Triton
+        launcher: 70-110 us of Python for a 2-35 us kernel), events measure the host, and a graph
+        of two calls replayed gives the GPU time instead. Long GPU-bound calls (a copy of a GiB)
+        are never captured by the probe. A call that cannot be captured is timed with events."""
         if self.device.type != "cuda":
             return False
         with torch.no_grad():
-            probe = time_cuda(
+            events = time_cuda(
                 fn,
                 self.device,
                 warmup=options.warmup,
@@ -344,6 +359,20 @@ class Evaluator:
                 min_iterations=5,
                 budget_ms=0.0,
             )
+            if events.median_ms * 1e3 < options.graph_below_us:
+                return True
+            submitted = time.perf_counter()
+            for i in range(3):
+                fn(i)
+            host_ms = (time.perf_counter() - submitted) * 1e3 / 3
+            torch.cuda.synchronize(self.device)
+            if host_ms < 0.5 * events.median_ms:
+                return False  # the GPU is the slower side: the events measured it
+            try:
+                probe = probe_cuda_graph(fn, self.device, warmup=options.warmup)
+            except Exception:  # not capturable; a call that fails outright fails again in events
+                torch.cuda.synchronize(self.device)
+                return False
         return probe.median_ms * 1e3 < options.graph_below_us
 
     def _events_or_clock(self, fn: Callable[[int], Any], options: Options) -> Timing:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kernelarena.data import Definition, Environment, Solution, Status, Trace, Workload
 from kernelarena.evaluate.options import Options, make_trace
+
+if TYPE_CHECKING:  # the command line starts its workers before it builds the schemas
+    from kernelarena.data import Definition, Environment, Solution, Status, Trace, Workload
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kernelarena.data import Environment, Status, Trace
-from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
+from kernelarena.evaluate.jobs import JobResult, Timeouts
 from kernelarena.evaluate.worker import read_tail
+
+if TYPE_CHECKING:
+    from kernelarena.data import Status
+    from kernelarena.evaluate.jobs import Job
 
 
 @dataclass
@@ -37,6 +40,8 @@ class _Worker:
     job: Job | None = None
     deadline: float = 0.0
     stage: str = "idle"
+    spawned_at: float = 0.0
+    startup: dict[str, Any] = field(default_factory=dict)
 
 
 class LocalExecutor:
@@ -65,12 +70,14 @@ class LocalExecutor:
             self._pending = [self._spawn(device) for device in self.devices]
 
     def start(self) -> list[dict[str, Any]]:
-        """Start one worker per device; return each device's environment (hardware, ceilings)."""
+        """Start one worker per device; return each device's environment (hardware, ceilings) and,
+        under ``startup``, where its start-up time went (see ``worker.describe_startup``). The
+        traces carry the environment without it."""
         if not self._workers:
             self.launch()
             pending, self._pending = self._pending, []
             self._workers = [self._await_ready(worker) for worker in pending]
-        return [w.environment for w in self._workers]
+        return [dict(w.environment, startup=w.startup) for w in self._workers]
 
     def close(self) -> None:
         for worker in self._pending:
@@ -110,6 +117,7 @@ class LocalExecutor:
         if not self.measure_ceilings:
             command.append("--no-ceilings")
         environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        spawned_at = time.time()
         process = subprocess.Popen(
             command,
             pass_fds=(child.fileno(),),
@@ -118,7 +126,7 @@ class LocalExecutor:
             start_new_session=True,
         )
         child.close()
-        return _Worker(device, _Process(process), parent, log_path)
+        return _Worker(device, _Process(process), parent, log_path, spawned_at=spawned_at)
 
     def _await_ready(self, worker: _Worker) -> _Worker:
         if not _poll_alive(worker, self.timeouts.startup_s):
@@ -128,13 +136,19 @@ class LocalExecutor:
                 f"worker for {worker.device} did not start in {self.timeouts.startup_s} s:\n{tail}"
             )
         try:
-            kind, environment = worker.conn.recv()
+            kind, environment, startup = worker.conn.recv()
         except EOFError:
             raise RuntimeError(
                 f"worker for {worker.device} died while starting:\n{read_tail(worker.log_path)}"
             ) from None
         assert kind == "ready"
         worker.environment = environment
+        # Both clocks are this host's wall clock: the interpreter's start and the whole start-up.
+        worker.startup = {
+            "total_s": round(startup["ready_at"] - worker.spawned_at, 4),
+            "python_s": round(startup["entered_at"] - worker.spawned_at, 4),
+            "phases_s": startup["phases_s"],
+        }
         return worker
 
     def _replace(self, worker: _Worker) -> None:
@@ -170,6 +184,9 @@ class LocalExecutor:
     def _service(
         self, worker: _Worker, ready: list[Any], on_result: Callable[[Job, JobResult], None]
     ) -> None:
+        # Here, not at the top: the command line launches workers before it builds the schemas.
+        from kernelarena.data import Environment, Status, Trace
+
         job = worker.job
         assert job is not None
         if worker.conn in ready:
@@ -229,6 +246,8 @@ class LocalExecutor:
         log: str,
         on_result: Callable[[Job, JobResult], None],
     ) -> None:
+        from kernelarena.data import Environment
+
         environment = Environment.model_validate(worker.environment)
         worker.job = None
         self._replace(worker)

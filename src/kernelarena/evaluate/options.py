@@ -1,23 +1,24 @@
 """What a run is asked to do (Options) and how a trace is made: no torch here, so the parent process
-(the command line, a Ray driver) can plan and record jobs without importing it."""
+(the command line, a Ray driver) can plan and record jobs without importing it; and the schemas
+(kernelarena.data, 0.25 s) only once a trace is made, so the command line starts its workers first."""
 
 from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kernelarena.data import (
-    Correctness,
-    Definition,
-    Environment,
-    Evaluation,
-    Performance,
-    Solution,
-    Status,
-    Trace,
-    TraceHashes,
-    Workload,
-)
+if TYPE_CHECKING:
+    from kernelarena.data import (
+        Correctness,
+        Definition,
+        Environment,
+        Performance,
+        Solution,
+        Status,
+        Trace,
+        Workload,
+    )
 
 
 @dataclass
@@ -42,6 +43,8 @@ def make_trace(
     correctness: Correctness | None = None,
     performance: Performance | None = None,
 ) -> Trace:
+    from kernelarena.data import Correctness, Evaluation, Status, Trace, TraceHashes
+
     if status in (Status.PASSED, Status.INCORRECT_NUMERICAL) and correctness is None:
         correctness = Correctness()
     evaluation = Evaluation(

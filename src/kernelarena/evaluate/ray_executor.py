@@ -86,9 +86,11 @@ class EvaluationHost:
         self.blob_dir: Path | None = None  # made when a job first brings safetensors files
 
     def start(self) -> dict[str, Any]:
-        """Start the evaluation worker; return its environment and where this actor runs."""
+        """Start the evaluation worker; return its environment, its start-up phases and where this
+        actor runs. The environment goes into failure traces: the start-up record stays apart."""
         (environment,) = self.executor.start()
-        return {"environment": environment, **self.place}
+        startup = environment.pop("startup", {})
+        return {"environment": environment, "startup": startup, **self.place}
 
     def evaluate(
         self, job_id: int, payload: dict[str, Any], blobs: dict[str, Any]
@@ -445,7 +447,14 @@ class RayExecutor:
         actor.environment = ready["environment"]
         actor.node_id = ready["node_id"]
         actor.device = ready["device"]
-        self._environments.append(dict(actor.environment, device=actor.device, host=ready["host"]))
+        self._environments.append(
+            dict(
+                actor.environment,
+                device=actor.device,
+                host=ready["host"],
+                startup=ready.get("startup", {}),
+            )
+        )
 
     def _retire(self, actor: _Actor) -> None:
         """Kill an actor and start a replacement in its place (Ray puts it wherever there is room)."""

@@ -1,4 +1,5 @@
-"""Timing with every sample kept: CUDA events (L2 flushed between calls), CUDA graphs, CPU clock.
+"""Timing with every sample kept: CUDA events (L2 flushed between calls), CUDA graphs, CPU clock;
+and a cheap probe of a call's GPU time (``probe_cuda_graph``) that decides between the first two.
 
 Each timer calls ``fn(i)`` for iteration ``i`` so that callers can rotate input sets; warm-up calls
 are made first and never counted. ``summarize`` gives the median and the 20th/80th percentiles.
@@ -144,6 +145,46 @@ def time_cuda_graph(
         samples.append(start.elapsed_time(end) / calls_per_graph)
     del graph
     return summarize(samples, "cuda_graph")
+
+
+def probe_cuda_graph(
+    fn: Call, device: torch.device, *, calls: int = 2, replays: int = 3, warmup: int = 3
+) -> Timing:
+    """The GPU time of a call without its host cost, cheaply: ``calls`` calls captured in one graph,
+    each of ``replays`` replays timed with events, each sample the replay time over the calls. For
+    choosing how to time, not for reporting: the data stay in L2 between replays. Raises when the
+    call cannot be captured. Captures as ``torch.cuda.graph`` does (the allocator's cache emptied
+    first, so the memory of earlier graphs is returned), except that the current stream is restored
+    also when the capture fails: ``torch.cuda.graph`` leaves its capture stream current when
+    ``capture_end`` raises, and later events would be recorded there."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        for i in range(warmup):
+            fn(i)
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        graph.capture_begin()
+        try:
+            for i in range(calls):
+                fn(i)
+        finally:
+            graph.capture_end()  # ends the capture also when a call failed in it
+    stream = torch.cuda.current_stream(device)
+    stream.wait_stream(side)
+    pairs = []
+    for _ in range(replays):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        graph.replay()
+        end.record(stream)
+        pairs.append((start, end))
+    torch.cuda.synchronize(device)
+    samples = [s.elapsed_time(e) / calls for s, e in pairs]
+    del graph
+    return summarize(samples, "cuda_graph_probe")
 
 
 def time_cpu(

@@ -24,28 +24,39 @@ LOG_TAIL = 6000
 
 
 def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceilings: bool) -> None:
+    entered = time.time()
     _redirect_output(log_path)
     _exit_with_parent()
     if not device_name.startswith("cuda"):
         # The Triton interpreter must be chosen before any kernel module is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    phases = _Phases()
     import torch
 
+    phases.done("import_torch_s")
     from kernelarena.data import Definition, Solution, Workload
     from kernelarena.evaluate import ceilings as ceilings_module
     from kernelarena.evaluate.environment import describe
     from kernelarena.evaluate.evaluator import Evaluator
     from kernelarena.evaluate.options import Options
 
+    phases.done("import_kernelarena_s")
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        # The context is made by the first call that needs it: here, so that it counts as CUDA init.
+        torch.cuda.synchronize(device)
+        phases.done("cuda_init_s")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     ceilings = ceilings_module.measure_ceilings(device) if measure_ceilings else {}
+    phases.done("ceilings_s")
     environment = describe(device, ceilings)
     evaluator = Evaluator(device, environment)
-    conn.send(("ready", environment))
+    phases.done("environment_s")
+    startup = {"phases_s": phases.seconds, "entered_at": entered, "ready_at": time.time()}
+    print(f"kernelarena worker on {device_name} ready: {describe_startup(startup)}", flush=True)
+    conn.send(("ready", environment, startup))
     while True:
         try:
             message = conn.recv()
@@ -82,6 +93,32 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
         if outcome.fatal:
             sys.stdout.flush()
             os._exit(3)
+
+
+class _Phases:
+    """Seconds spent in each start-up phase, in order."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._last, 4)
+        self._last = now
+
+
+def describe_startup(startup: dict[str, Any]) -> str:
+    """'3.31 s: python 0.05 s, import torch 2.56 s, ...' from a ready message's start-up record
+    (``total_s`` and ``python_s`` are there once the parent has added them)."""
+    parts = {"python_s": startup.get("python_s"), **startup.get("phases_s", {})}
+    shown = ", ".join(
+        f"{name.removesuffix('_s').replace('_', ' ')} {value:.2f} s"
+        for name, value in parts.items()
+        if value is not None
+    )
+    total = startup.get("total_s")
+    return f"{total:.2f} s: {shown}" if total is not None else shown
 
 
 def _notifier(conn: Connection, job_id: int) -> Callable[[str], None]:

@@ -10,8 +10,10 @@ program stores to it, and programs own disjoint rows.
 The launch plan is tuned on the device (triton.autotune) the first time a (width, row-count
 bucket, dtype) is seen, as in rmsnorm's Triton solution: warps per program and weight loaded
 before or after the reduction; CUDA graphs with the data in L2 time calls under
-WARM_TUNE_MAX_BYTES, CUDA events with L2 flushed the rest. Calls under TUNE_MIN_ELEMENTS and the
-interpreter take the fixed plan. EVEN_N (a power-of-two width) drops the column masks.
+WARM_TUNE_MAX_BYTES, CUDA events with L2 flushed the rest; the picks are kept in Triton's cache
+folder (cache_results) under a tag per tuner (_tune_tag), so a later process reads them instead of
+timing again. Calls under TUNE_MIN_ELEMENTS and the interpreter take the fixed plan. EVEN_N (a
+power-of-two width) drops the column masks.
 
 In place, always the fixed plan (16 values a thread), never a tuned one. Seen on an H200 (Triton 3.6,
 2026-11-22): an in-place fp32 call at 257x2500 under a tuned plan produced rows whose scale was off
@@ -22,6 +24,7 @@ plan passed every in-place test there.
 
 import functools
 import os
+import zlib
 
 import torch
 import triton
@@ -55,7 +58,7 @@ def _to_storage(value, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
     return result
 
 
-@triton.jit(do_not_specialize=["rows"])
+@triton.jit(do_not_specialize=["rows", "tune_tag"])
 def _fused_add_rmsnorm_rows(
     x_ptr,
     r_ptr,
@@ -69,6 +72,7 @@ def _fused_add_rmsnorm_rows(
     out_row_stride,
     r_out_row_stride,
     eps,
+    tune_tag,  # never read: names the tuner in its tuning key (see _tune_tag)
     BLOCK_ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     EVEN_N: tl.constexpr,
@@ -214,13 +218,24 @@ def _tuner(block_n: int, rows_bucket: int, multiprocessors: int, warm: bool):
     key = (block_n, rows_bucket, multiprocessors, warm)
     tuner = _TUNERS.get(key)
     if tuner is None:
-        # Its tuning key adds the exact width and the dtypes.
+        # Its tuning key adds the exact width, the tuner's tag and the dtypes.
         configs = tuning_configs(rows_bucket, block_n, multiprocessors)
         bench = _bench_warm if warm else _bench_cold
-        tuner = _TUNERS[key] = triton.autotune(configs=configs, key=["hidden"], do_bench=bench)(
-            _fused_add_rmsnorm_rows
-        )
+        tuner = _TUNERS[key] = triton.autotune(
+            configs=configs, key=["hidden", "tune_tag"], do_bench=bench, cache_results=True
+        )(_fused_add_rmsnorm_rows)
     return tuner
+
+
+@functools.lru_cache(maxsize=256)
+def _tune_tag(device: torch.device, *tuner: object) -> int:
+    """The kernel's ``tune_tag``: a 31-bit CRC of the GPU's name and the tuner's key. Picks are
+    cached on disk (cache_results) under Triton's tuning key, which is otherwise only the width and
+    the dtypes: the same for every row bucket, for cold and warm timing, and for two GPUs of one
+    architecture (an H100 and an H200 are both sm_90a) sharing a cache folder. Always an int32, so
+    every tag runs the same compiled kernel."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return zlib.crc32(repr((name, *tuner)).encode()) & 0x7FFFFFFF
 
 
 def tuned_plans() -> dict[str, str]:
@@ -261,13 +276,12 @@ def _launch(x, residual, weight, eps, out, residual_out, config, inplace: bool =
         config = _fixed_config(block_n)
     if config is None:
         warm = 4 * rows * hidden * x.element_size() < WARM_TUNE_MAX_BYTES
-        bucket = _rows_bucket(rows)
-        tuner = _tuner(block_n, bucket, _multiprocessors(x.device.index or 0), warm)
+        key = (block_n, _rows_bucket(rows), _multiprocessors(x.device.index or 0), warm)
         grid = lambda m: (triton.cdiv(rows, m["BLOCK_ROWS"]),)  # noqa: E731
-        tuner[grid](*args, **meta)
+        _tuner(*key)[grid](*args, tune_tag=_tune_tag(x.device, *key), **meta)
         return
     grid = (triton.cdiv(rows, config.kwargs["BLOCK_ROWS"]),)
-    _fused_add_rmsnorm_rows[grid](*args, **meta, **config.all_kwargs())
+    _fused_add_rmsnorm_rows[grid](*args, tune_tag=0, **meta, **config.all_kwargs())
 
 
 def run(

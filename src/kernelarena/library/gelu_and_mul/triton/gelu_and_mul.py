@@ -17,12 +17,14 @@ with the layout of scale's kernel (library/scale/triton/scale.py) reading the ga
   32768x8192 the erff kernels (ours, Inductor's) reached 87% of the copy bandwidth on an H200.
   One ex2, one division and ten FMAs an element now.
 - 16-byte vectors when d and the row strides are multiples of 16 elements; int64 row offsets.
-- The tile is tuned on the device as scale's is (the same 6 candidates); plain loads by default.
+- The tile is tuned on the device as scale's is (the same 6 candidates, picks kept in Triton's
+  cache folder); plain loads by default.
   Calls under TUNE_MIN_ELEMENTS outputs and the interpreter take the fixed plan.
 """
 
 import functools
 import os
+import zlib
 
 import torch
 import triton
@@ -71,7 +73,7 @@ def _normal_cdf(g):
 
 
 # rows only bounds the mask: specializing on it (== 1, divisible by 16) would only add compiles.
-@triton.jit(do_not_specialize=["rows"])
+@triton.jit(do_not_specialize=["rows", "tune_tag"])
 def _gelu_and_mul_kernel(
     x_ptr,
     out_ptr,
@@ -79,6 +81,7 @@ def _gelu_and_mul_kernel(
     d,
     x_row_stride,
     out_row_stride,
+    tune_tag,  # never read: names the tuner in its tuning key (see _tune_tag)
     TANH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -174,13 +177,24 @@ def _tuner(d_block: int, rows_bucket: int, warm: bool):
     key = (d_block, rows_bucket, warm)
     tuner = _TUNERS.get(key)
     if tuner is None:
-        # Its tuning key adds the exact width, the GELU and the dtypes.
+        # Its tuning key adds the exact width, the GELU, the tuner's tag and the dtypes.
         configs = tuning_configs(rows_bucket, d_block)
         bench = _bench_warm if warm else _bench_cold
-        tuner = _TUNERS[key] = triton.autotune(configs=configs, key=["d", "TANH"], do_bench=bench)(
-            _gelu_and_mul_kernel
-        )
+        tuner = _TUNERS[key] = triton.autotune(
+            configs=configs, key=["d", "TANH", "tune_tag"], do_bench=bench, cache_results=True
+        )(_gelu_and_mul_kernel)
     return tuner
+
+
+@functools.lru_cache(maxsize=256)
+def _tune_tag(device: torch.device, *tuner: object) -> int:
+    """The kernel's ``tune_tag``: a 31-bit CRC of the GPU's name and the tuner's key. Picks are
+    cached on disk (cache_results) under Triton's tuning key, which is otherwise only the width and
+    the dtypes: the same for every row bucket, for cold and warm timing, and for two GPUs of one
+    architecture (an H100 and an H200 are both sm_90a) sharing a cache folder. Always an int32, so
+    every tag runs the same compiled kernel."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return zlib.crc32(repr((name, *tuner)).encode()) & 0x7FFFFFFF
 
 
 def tuned_plans() -> dict[str, str]:
@@ -209,12 +223,12 @@ def _launch(x: torch.Tensor, out: torch.Tensor, tanh: bool, config: triton.Confi
     if config is not None:
         meta = config.kwargs
         grid = (triton.cdiv(rows, meta["BLOCK_ROWS"]), triton.cdiv(d, meta["BLOCK_D"]))
-        _gelu_and_mul_kernel[grid](*args, TANH=tanh, **config.all_kwargs())
+        _gelu_and_mul_kernel[grid](*args, tune_tag=0, TANH=tanh, **config.all_kwargs())
         return
     warm = 3 * rows * d * x.element_size() < WARM_TUNE_MAX_BYTES
-    tuner = _tuner(triton.next_power_of_2(d), _rows_bucket(rows), warm)
+    key = (triton.next_power_of_2(d), _rows_bucket(rows), warm)
     grid = lambda m: (triton.cdiv(rows, m["BLOCK_ROWS"]), triton.cdiv(d, m["BLOCK_D"]))  # noqa: E731
-    tuner[grid](*args, TANH=tanh)
+    _tuner(*key)[grid](*args, tune_tag=_tune_tag(x.device, *key), TANH=tanh)
 
 
 def run(x: torch.Tensor, out: torch.Tensor) -> None:

@@ -10,13 +10,17 @@ whether weight is loaded before the reduction (its L2 latency hides under x's: t
 a program or two per SM is all there is) or after it (fewer live registers, so more programs per
 SM; ptxas, sm_90a, bf16, 8192 wide, 8 warps: 63 registers early, 53 late). Timing is Triton's:
 CUDA events with L2 flushed for large calls, CUDA graphs with the data in L2 for calls under
-WARM_TUNE_MAX_BYTES (as the kernel sees an activation the previous kernel just wrote). Calls under
-TUNE_MIN_ELEMENTS and the interpreter take the fixed plan, which costs no tuning. EVEN_N (a
-power-of-two width) drops the column masks.
+WARM_TUNE_MAX_BYTES (as the kernel sees an activation the previous kernel just wrote). The timings
+are kept in Triton's cache folder (cache_results), so a later process finds the pick there
+instead of timing again (0.15-0.3 s a shape); each tuner's key carries a tag (_tune_tag) so that
+picks never pass between row buckets, timing modes or GPU models. Calls under TUNE_MIN_ELEMENTS
+and the interpreter take the fixed plan, which costs no tuning. EVEN_N (a power-of-two width)
+drops the column masks.
 """
 
 import functools
 import os
+import zlib
 
 import torch
 import triton
@@ -50,7 +54,7 @@ def _to_storage(value, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
     return result
 
 
-@triton.jit(do_not_specialize=["rows"])
+@triton.jit(do_not_specialize=["rows", "tune_tag"])
 def _rmsnorm_rows(
     x_ptr,
     w_ptr,
@@ -60,6 +64,7 @@ def _rmsnorm_rows(
     x_row_stride,
     out_row_stride,
     eps,
+    tune_tag,  # never read: names the tuner in its tuning key (see _tune_tag)
     BLOCK_ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     EVEN_N: tl.constexpr,
@@ -190,13 +195,24 @@ def _tuner(block_n: int, rows_bucket: int, multiprocessors: int, warm: bool):
     key = (block_n, rows_bucket, multiprocessors, warm)
     tuner = _TUNERS.get(key)
     if tuner is None:
-        # Its tuning key adds the exact width and the dtypes.
+        # Its tuning key adds the exact width, the tuner's tag and the dtypes.
         configs = tuning_configs(rows_bucket, block_n, multiprocessors)
         bench = _bench_warm if warm else _bench_cold
-        tuner = _TUNERS[key] = triton.autotune(configs=configs, key=["hidden"], do_bench=bench)(
-            _rmsnorm_rows
-        )
+        tuner = _TUNERS[key] = triton.autotune(
+            configs=configs, key=["hidden", "tune_tag"], do_bench=bench, cache_results=True
+        )(_rmsnorm_rows)
     return tuner
+
+
+@functools.lru_cache(maxsize=256)
+def _tune_tag(device: torch.device, *tuner: object) -> int:
+    """The kernel's ``tune_tag``: a 31-bit CRC of the GPU's name and the tuner's key. Picks are
+    cached on disk (cache_results) under Triton's tuning key, which is otherwise only the width and
+    the dtypes: the same for every row bucket, for cold and warm timing, and for two GPUs of one
+    architecture (an H100 and an H200 are both sm_90a) sharing a cache folder. Always an int32, so
+    every tag runs the same compiled kernel."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return zlib.crc32(repr((name, *tuner)).encode()) & 0x7FFFFFFF
 
 
 def tuned_plans() -> dict[str, str]:
@@ -229,11 +245,12 @@ def _launch(x, weight, eps, out, config: triton.Config | None) -> None:
         config = _fixed_config(block_n)
     if config is not None:
         grid = (triton.cdiv(rows, config.kwargs["BLOCK_ROWS"]),)
-        _rmsnorm_rows[grid](*args, **meta, **config.all_kwargs())
+        _rmsnorm_rows[grid](*args, tune_tag=0, **meta, **config.all_kwargs())
         return
     warm = 2 * rows * hidden * x.element_size() < WARM_TUNE_MAX_BYTES
-    tuner = _tuner(block_n, _rows_bucket(rows), _multiprocessors(x.device.index or 0), warm)
-    tuner[lambda m: (triton.cdiv(rows, m["BLOCK_ROWS"]),)](*args, **meta)
+    key = (block_n, _rows_bucket(rows), _multiprocessors(x.device.index or 0), warm)
+    tag = _tune_tag(x.device, *key)
+    _tuner(*key)[lambda m: (triton.cdiv(rows, m["BLOCK_ROWS"]),)](*args, tune_tag=tag, **meta)
 
 
 def run(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:

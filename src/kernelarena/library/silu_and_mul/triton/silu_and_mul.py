@@ -8,7 +8,7 @@ and the up half of each row, d elements apart.
 - 16-byte vectors when d and the row strides are multiples of 16 elements (Triton specializes
   arguments divisible by 16); int64 row offsets.
 - The tile is tuned on the device as scale's is (the same 6 candidates, Inductor's 1024 elements
-  at 4 warps and Liger's row of 2048 at 8 among them). Plain loads by default: with evict-first
+  at 4 warps and Liger's row of 2048 at 8 among them; picks kept in Triton's cache folder). Plain loads by default: with evict-first
   loads this kernel trailed the plain-load peers by 8% at 32768x8192 on an H200; the previous
   fixed plan, evict-first, stays a candidate. Calls under TUNE_MIN_ELEMENTS outputs (128x4096
   inputs are exactly at it) and the interpreter take the fixed plan, which shrinks tiles until
@@ -17,6 +17,7 @@ and the up half of each row, d elements apart.
 
 import functools
 import os
+import zlib
 
 import torch
 import triton
@@ -42,7 +43,7 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 # rows only bounds the mask: specializing on it (== 1, divisible by 16) would only add compiles.
-@triton.jit(do_not_specialize=["rows"])
+@triton.jit(do_not_specialize=["rows", "tune_tag"])
 def _silu_and_mul_kernel(
     x_ptr,
     out_ptr,
@@ -50,6 +51,7 @@ def _silu_and_mul_kernel(
     d,
     x_row_stride,
     out_row_stride,
+    tune_tag,  # never read: names the tuner in its tuning key (see _tune_tag)
     BLOCK_ROWS: tl.constexpr,
     BLOCK_D: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
@@ -140,13 +142,24 @@ def _tuner(d_block: int, rows_bucket: int, warm: bool):
     key = (d_block, rows_bucket, warm)
     tuner = _TUNERS.get(key)
     if tuner is None:
-        # Its tuning key adds the exact width and the dtypes.
+        # Its tuning key adds the exact width, the tuner's tag and the dtypes.
         configs = tuning_configs(rows_bucket, d_block)
         bench = _bench_warm if warm else _bench_cold
-        tuner = _TUNERS[key] = triton.autotune(configs=configs, key=["d"], do_bench=bench)(
-            _silu_and_mul_kernel
-        )
+        tuner = _TUNERS[key] = triton.autotune(
+            configs=configs, key=["d", "tune_tag"], do_bench=bench, cache_results=True
+        )(_silu_and_mul_kernel)
     return tuner
+
+
+@functools.lru_cache(maxsize=256)
+def _tune_tag(device: torch.device, *tuner: object) -> int:
+    """The kernel's ``tune_tag``: a 31-bit CRC of the GPU's name and the tuner's key. Picks are
+    cached on disk (cache_results) under Triton's tuning key, which is otherwise only the width and
+    the dtypes: the same for every row bucket, for cold and warm timing, and for two GPUs of one
+    architecture (an H100 and an H200 are both sm_90a) sharing a cache folder. Always an int32, so
+    every tag runs the same compiled kernel."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return zlib.crc32(repr((name, *tuner)).encode()) & 0x7FFFFFFF
 
 
 def tuned_plans() -> dict[str, str]:
@@ -175,11 +188,12 @@ def _launch(x: torch.Tensor, out: torch.Tensor, config: triton.Config | None) ->
     if config is not None:
         meta = config.kwargs
         grid = (triton.cdiv(rows, meta["BLOCK_ROWS"]), triton.cdiv(d, meta["BLOCK_D"]))
-        _silu_and_mul_kernel[grid](*args, **config.all_kwargs())
+        _silu_and_mul_kernel[grid](*args, tune_tag=0, **config.all_kwargs())
         return
     warm = 3 * rows * d * x.element_size() < WARM_TUNE_MAX_BYTES
-    tuner = _tuner(triton.next_power_of_2(d), _rows_bucket(rows), warm)
-    tuner[lambda m: (triton.cdiv(rows, m["BLOCK_ROWS"]), triton.cdiv(d, m["BLOCK_D"]))](*args)
+    key = (triton.next_power_of_2(d), _rows_bucket(rows), warm)
+    grid = lambda m: (triton.cdiv(rows, m["BLOCK_ROWS"]), triton.cdiv(d, m["BLOCK_D"]))  # noqa: E731
+    _tuner(*key)[grid](*args, tune_tag=_tune_tag(x.device, *key))
 
 
 def run(x: torch.Tensor, out: torch.Tensor) -> None:

@@ -1,0 +1,128 @@
+"""How a call is timed: its GPU time picks CUDA graphs or events, not its host time.
+
+The CPU tests stand in for the GPU timers; the ``gpu`` test runs the real probe.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from kernelarena.evaluate import evaluator as evaluator_module
+from kernelarena.evaluate.evaluator import Evaluator
+from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.timing import Timing, probe_cuda_graph, summarize
+
+ENVIRONMENT = {"hardware": "test"}
+
+
+def _timing(ms: float) -> Timing:
+    return summarize([ms], "stand-in")
+
+
+def _stand_ins(
+    monkeypatch: pytest.MonkeyPatch, probe: Timing | Exception, events: Timing
+) -> list[str]:
+    """Replace the GPU timers the evaluator uses; return the names of those called, in order."""
+    called: list[str] = []
+
+    def fake_probe(fn: Any, device: torch.device, **kwargs: Any) -> Timing:
+        called.append("probe")
+        if isinstance(probe, Exception):
+            raise probe
+        return probe
+
+    def fake_events(fn: Any, device: torch.device, **kwargs: Any) -> Timing:
+        called.append("events")
+        return events
+
+    monkeypatch.setattr(evaluator_module, "probe_cuda_graph", fake_probe)
+    monkeypatch.setattr(evaluator_module, "time_cuda", fake_events)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    return called
+
+
+def _host_bound(seconds: float = 150e-6) -> Any:
+    """A call whose host side takes ``seconds`` (a Python launcher), whatever the GPU does."""
+
+    def call(i: int) -> None:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            pass
+
+    return call
+
+
+def test_a_call_slow_on_the_host_but_short_on_the_gpu_is_timed_as_a_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An autotuned Triton launcher: 110 us per call with events (its Python), 18 us on the GPU."""
+    called = _stand_ins(monkeypatch, probe=_timing(0.018), events=_timing(0.110))
+    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
+    assert evaluator._short(_host_bound(), Options(graph_below_us=100.0))
+    assert called == ["events", "probe"]
+
+
+def test_a_call_long_on_the_gpu_is_timed_with_events_without_a_graph_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host submits in far less time than the events measured: the GPU is the slower side."""
+    called = _stand_ins(monkeypatch, probe=_timing(0.010), events=_timing(0.250))
+    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
+    assert not evaluator._short(lambda i: None, Options(graph_below_us=100.0))
+    assert called == ["events"]
+
+
+def test_a_call_short_with_events_is_timed_as_a_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    called = _stand_ins(monkeypatch, probe=_timing(0.500), events=_timing(0.010))
+    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
+    assert evaluator._short(lambda i: None, Options(graph_below_us=100.0))
+    assert called == ["events"]
+
+
+def test_the_threshold_is_graph_below_us(monkeypatch: pytest.MonkeyPatch) -> None:
+    _stand_ins(monkeypatch, probe=_timing(0.050), events=_timing(0.050))
+    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
+    assert evaluator._short(lambda i: None, Options(graph_below_us=60.0))
+    assert not evaluator._short(lambda i: None, Options(graph_below_us=40.0))
+
+
+def test_a_host_bound_call_that_cannot_be_captured_is_timed_with_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Graph timing would fail the same way: events."""
+    failure = RuntimeError("operation not permitted when stream is capturing")
+    called = _stand_ins(monkeypatch, probe=failure, events=_timing(0.200))
+    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
+    assert not evaluator._short(_host_bound(), Options())
+    assert called == ["events", "probe"]
+
+
+def test_on_cpu_the_clock_times_without_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    called = _stand_ins(monkeypatch, probe=_timing(0.001), events=_timing(0.001))
+    evaluator = Evaluator(torch.device("cpu"), ENVIRONMENT)
+    assert not evaluator._short(lambda i: None, Options())
+    assert called == []
+
+
+@pytest.mark.gpu
+def test_gpu_probe_measures_the_gpu_not_the_host() -> None:
+    """A tiny kernel behind 300 us of host work per call: the probe sees the kernel."""
+    device = torch.device("cuda:0")
+    x = torch.randn(1024, device=device)
+    out = torch.empty_like(x)
+
+    def call(i: int) -> None:
+        deadline = time.perf_counter() + 300e-6
+        while time.perf_counter() < deadline:
+            pass
+        torch.mul(x, 2.0, out=out)
+
+    probe = probe_cuda_graph(call, device)
+    assert probe.median_ms < 0.1, probe
+    assert torch.equal(out, x * 2.0)
+    evaluator = Evaluator(device, ENVIRONMENT)
+    assert evaluator._short(call, Options(graph_below_us=100.0))
