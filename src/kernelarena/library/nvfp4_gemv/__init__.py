@@ -178,8 +178,9 @@ OPERATOR = OperatorSpec(
             extra_files=_CUDA_HEADERS,
             targets=("sm_90a",),
             description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; b held in registers, persistent "
-            "blocks; A through a per-thread cp.async ring in shared memory 3-5 tiles deep (or "
-            "double-buffered in registers), the variant timed per (m, k, l) on the first call.",
+            "blocks; A through a per-thread cp.async ring in shared memory 3-5 tiles deep, bulk "
+            "copies of whole rows by a producer warp, or double-buffered in registers: the variant "
+            "timed per (m, k, l) on the first call.",
         ),
         SolutionSpec(
             "cuda_permuted",

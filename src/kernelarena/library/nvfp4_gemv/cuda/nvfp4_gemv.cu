@@ -39,6 +39,14 @@
 //     on the two long shapes (the decode takes ~40-60% of the issue slots, now overlapped), and
 //     ~75-85% on 7168x2048x4 (7.8 us at the speed of light, where the ~1 us ramp of the first
 //     loads and the last partial item weigh most).
+//   4-6, bulk copies (cp.async.bulk, mbarriers): a producer warp moves whole rows of a tile of A
+//     and of sfa into 4-8 shared-memory stages; the decoding warps only read shared memory. On
+//     the H200 these reached the same ~3.2 TB/s as the ring: with 100+ KB in flight an SM the
+//     memory side is no longer what limits the dp4a kernels, their ~2.8 instructions a value are.
+//     A tensor-core variant (the same decode into magnitudes, mma.m16n8k32 u8 x s8 for the
+//     multiply-adds, stages of 16 rows x 512 bytes) was tried on 2026-11-22 and reached only
+//     24-43% of the speed of light: 512- and 64-byte bulk copies (one per row) and 8-way bank
+//     conflicts on its 512-byte row stride. Its next form: TMA tensor maps (one copy a 16-row box).
 // - The choice (nvfp4_gemv_tuner.cuh): the first call of a (device, m, k, l, scale layout) key
 //   times every variant that applies on the caller's inputs (CUDA events, the L2 flushed by a
 //   read of twice its size before each call, up to 7 interleaved rounds, the median deciding;
@@ -140,6 +148,13 @@ bool groups_aligned(const tvm::ffi::TensorView& s, const Strides& d) {
   return parts % 4 == 0;
 }
 
+// The bulk kernels copy each row's scales (k/16 bytes, plain layout) in one piece: its length and
+// every part of its address must be multiples of 16 bytes.
+bool bulk_rows_aligned(const tvm::ffi::TensorView& s, const Strides& d, int64_t k_scales) {
+  const int64_t parts = static_cast<int64_t>(reinterpret_cast<uintptr_t>(bytes_of(s))) | d.r32 | d.batch | k_scales;
+  return d.c4 == 1 && parts % 16 == 0;
+}
+
 // Restores the caller's current device: launches, occupancy queries and allocations then go to
 // the device of the tensors.
 struct DeviceGuard {
@@ -221,9 +236,13 @@ bool launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
   params.passes = config.passes;
 
   const bool ring_ok = config.passes == 1 && groups_aligned(sfa, sfa_strides);
+  const bool bulk_ok = ring_ok && !permuted && bulk_rows_aligned(sfa, sfa_strides, k_scales);
   std::vector<int> candidates;
   for (int v = 0; v < kVariantCount; ++v) {
-    if (kVariants[v].stages == 0 || ring_ok) candidates.push_back(v);
+    const Kind kind = kVariants[v].kind;
+    if (kind == Kind::kRegisters || (kind == Kind::kRing && ring_ok) || (kind == Kind::kBulk && bulk_ok)) {
+      candidates.push_back(v);
+    }
   }
   const auto applies = [&](int v) { return std::find(candidates.begin(), candidates.end(), v) != candidates.end(); };
   if (variant >= 0 && !applies(variant)) return false;  // run_variant with one that does not apply
@@ -235,7 +254,7 @@ bool launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
   auto run_one = [&](int v) { return launch_variant(v, params, config, device, stream); };
   bool ran = false;
   if (variant < 0) {
-    const ChoiceKey key{device, m, k_packed, l, permuted ? 1 : 0, ring_ok ? 1 : 0};
+    const ChoiceKey key{device, m, k_packed, l, permuted ? 1 : 0, ring_ok ? 1 : 0, bulk_ok ? 1 : 0};
     std::tie(variant, ran) = choose_variant(key, candidates, run_one, device, stream);
   }
   const bool launched = ran || run_one(variant);
@@ -273,6 +292,19 @@ bool run_variant(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::Tenso
 
 int64_t variant_count() { return nvfp4_gemv::kVariantCount; }
 
+// "registers", "ring" or "bulk": which inputs a variant applies to (see kVariants).
+tvm::ffi::String variant_kind(int64_t variant) {
+  TVM_FFI_ICHECK(variant >= 0 && variant < nvfp4_gemv::kVariantCount) << "nvfp4_gemv: no variant " << variant;
+  switch (nvfp4_gemv::kVariants[variant].kind) {
+    case nvfp4_gemv::Kind::kRegisters:
+      return tvm::ffi::String("registers");
+    case nvfp4_gemv::Kind::kRing:
+      return tvm::ffi::String("ring");
+    default:
+      return tvm::ffi::String("bulk");
+  }
+}
+
 tvm::ffi::String variant_name(int64_t variant) {
   TVM_FFI_ICHECK(variant >= 0 && variant < nvfp4_gemv::kVariantCount) << "nvfp4_gemv: no variant " << variant;
   return tvm::ffi::String(nvfp4_gemv::kVariants[variant].name);
@@ -288,4 +320,5 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(run_permuted, run_permuted);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(run_variant, run_variant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(variant_count, variant_count);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(variant_name, variant_name);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(variant_kind, variant_kind);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(chosen_variant, chosen_variant);

@@ -276,20 +276,28 @@ __device__ __forceinline__ void store_row(const Params& p, int64_t batch, uint32
 
 // A warp's place in its block: k_warps warps share a row (each a slice of k), groups of them
 // take different rows; a tile is groups * kRows rows of one batch.
+// ``warps`` is the count of warps that decode (all of the block but the bulk kernel's producer).
 struct Team {
-  int lane, warp, k_warp, group, groups;
+  int lane, warp, warps, k_warp, group, groups;
   uint32_t rows_per_tile;
 };
 
-__device__ __forceinline__ Team make_team(const Params& p, int rows) {
+__device__ __forceinline__ Team make_team(const Params& p, int rows, int warps) {
   Team team;
   team.lane = threadIdx.x & 31;
   team.warp = threadIdx.x >> 5;
+  team.warps = warps;
   team.k_warp = team.warp % p.k_warps;
   team.group = team.warp / p.k_warps;
-  team.groups = (blockDim.x >> 5) / p.k_warps;
+  team.groups = warps / p.k_warps;
   team.rows_per_tile = team.groups * rows;
   return team;
+}
+
+// A barrier of the decoding warps only (named barrier 1): the bulk kernel's producer warp never
+// waits on it, so it cannot be __syncthreads.
+__device__ __forceinline__ void sync_team(const Team& team) {
+  asm volatile("bar.sync 1, %0;\n" ::"r"(32 * team.warps) : "memory");
 }
 
 // First row of this warp's kRows rows in a tile (< 2^31 + 2^10).
@@ -316,7 +324,7 @@ __device__ __forceinline__ void finish_tile(const Params& p, const Team& team, f
   }
   float* slot = partial[item & 1];
   if (writer) slot[team.warp * kRows + row] = total;
-  __syncthreads();
+  sync_team(team);
   if (team.warp == reducer && team.lane < team.groups * kRows) {  // groups * kRows <= 16
     const int g = team.lane / kRows;
     const int r = team.lane % kRows;
@@ -326,9 +334,9 @@ __device__ __forceinline__ void finish_tile(const Params& p, const Team& team, f
   }
 }
 
-// The next reducing warp (see finish_tile); the same sequence in every thread of the block.
-__device__ __forceinline__ int next_reducer(int reducer) {
-  return reducer + 1 == static_cast<int>(blockDim.x >> 5) ? 0 : reducer + 1;
+// The next reducing warp (see finish_tile); the same sequence in every decoding thread.
+__device__ __forceinline__ int next_reducer(const Team& team, int reducer) {
+  return reducer + 1 == team.warps ? 0 : reducer + 1;
 }
 
 // -- the asynchronous ring (cp.async, sm_80+) --------------------------------------------------------
@@ -404,6 +412,60 @@ __device__ __forceinline__ void read_tile(const uint4* a_stage, const uint16_t* 
       t.s[r][i] = pairs[2 * q * step];
     }
   }
+}
+
+
+// -- bulk copies (cp.async.bulk and mbarriers, sm_90) -----------------------------------------------
+// One producer lane a row moves whole rows of A and of sfa into a shared-memory stage; the stage's
+// "full" barrier counts the bytes (complete_tx), its "empty" barrier one arrival per decoding warp.
+
+__device__ __forceinline__ void barrier_init(uint32_t barrier, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
+}
+
+// Makes the initialised barriers visible to the copy engine (the async proxy) before any use.
+__device__ __forceinline__ void barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void barrier_expect_bytes(uint32_t barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(uint32_t barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+
+// Waits for the completion of the barrier's phase of this parity. A fresh barrier is in phase 0,
+// so waiting for parity 1 returns at once (the producer's first pass over the empty stages).
+__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n"
+      "}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+
+// A is read once: its lines are the first the L2 may evict.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// ``bytes`` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// counted on ``barrier`` when they have landed.
+__device__ __forceinline__ void bulk_copy(uint32_t shared, const void* global, uint32_t bytes, uint32_t barrier,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+      "%4;\n" ::"r"(shared),
+      "l"(global), "r"(bytes), "r"(barrier), "l"(policy)
+      : "memory");
 }
 
 }  // namespace nvfp4_gemv

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) gemv_kernel(const Params p) {
   constexpr int kRows = Tile<kChunks>::kRows;
   __shared__ float partial[2][kMaxWarps * kRows];
 
-  const Team team = make_team(p, kRows);
+  const Team team = make_team(p, kRows, static_cast<int>(blockDim.x >> 5));
   const int64_t first = first_item(p, blockIdx.x);
   const int64_t last = first_item(p, blockIdx.x + 1);
   if (first >= last) return;  // the same for the whole block
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) gemv_kernel(const Params p) {
         accumulate(tile, vector, positive, negative, acc);
       }
       finish_tile<kRows>(p, team, partial, at, item, reducer, acc);
-      reducer = next_reducer(reducer);
+      reducer = next_reducer(team, reducer);
     }
     return;
   }
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) gemv_kernel(const Params p) {
     float acc[kRows] = {};
     accumulate(tile, vector, positive, negative, acc);
     finish_tile<kRows>(p, team, partial, here, item, reducer, acc);
-    reducer = next_reducer(reducer);
+    reducer = next_reducer(team, reducer);
   };
 
   for (int64_t item = first; item < last; item += 2) {
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) gemv_async_kernel(con
   __shared__ float partial[2][kMaxWarps * kRows];
   extern __shared__ uint4 ring[];
 
-  const Team team = make_team(p, kRows);
+  const Team team = make_team(p, kRows, static_cast<int>(blockDim.x >> 5));
   const int64_t first = first_item(p, blockIdx.x);
   const int64_t last = first_item(p, blockIdx.x + 1);
   if (first >= last) return;  // the same for the whole block
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) gemv_async_kernel(con
     float acc[kRows] = {};
     accumulate(tile, vector, positive, negative, acc);
     finish_tile<kRows>(p, team, partial, at, item, reducer, acc);
-    reducer = next_reducer(reducer);
+    reducer = next_reducer(team, reducer);
     // Refill the stage just read only now: its values were consumed above, so the new copy
     // cannot overwrite them before they reached registers.
     copy_next(stage);
@@ -168,6 +168,125 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) gemv_async_kernel(con
     at = advance(p, at);
   }
   wait_copies<0>();  // only empty groups remain; nothing may be in flight when the block exits
+}
+
+// Bulk copies: one producer warp (the block's last) moves each tile's rows of A and of sfa into
+// a ring of kStages shared-memory stages with cp.async.bulk, one lane a row, and the decoding warps
+// (all the others) read them from there. A stage's "full" barrier completes when its bytes have
+// landed; its "empty" barrier when every decoding warp has its share in registers, after which
+// the producer refills it. In flight an SM: up to (kStages - 1) stages a block, ~16-18 KB each,
+// with no thread waiting on them. The plain scale layout only, rows of sfa 16-byte aligned and a
+// multiple of 16 bytes long (k % 256 == 0; the host checks), one pass over k.
+// A stage: rows_per_tile slots of ``sweep`` chunks (16 bytes) of A, then as many slots of 2 * sweep
+// scale bytes; a lane's chunks past the row hold stale bytes and are replaced by zeros on reading.
+template <int kChunks, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kMaxThreads + 32, kMinBlocks) gemv_bulk_kernel(const Params p) {
+  constexpr int kRows = Tile<kChunks>::kRows;
+  __shared__ float partial[2][kMaxWarps * kRows];
+  __shared__ alignas(8) uint64_t full[kStages];
+  __shared__ alignas(8) uint64_t empty[kStages];
+  extern __shared__ uint4 stages[];
+
+  const int64_t first = first_item(p, blockIdx.x);
+  const int64_t last = first_item(p, blockIdx.x + 1);
+  if (first >= last) return;  // the same for the whole block
+
+  const int decoders = static_cast<int>(blockDim.x >> 5) - 1;
+  const Team team = make_team(p, kRows, decoders);
+  const uint32_t sweep = uint32_t(p.k_warps) * 32 * kChunks;  // chunks a row slot
+  const uint32_t a_slot = sweep * kChunkBytes;
+  const uint32_t s_slot = sweep * 2;
+  const uint32_t scales_at = team.rows_per_tile * a_slot;  // within a stage
+  const uint32_t stage_bytes = team.rows_per_tile * (a_slot + s_slot);
+  const uint32_t ring = shared_address(stages);
+  const uint32_t full_at = shared_address(full);
+  const uint32_t empty_at = shared_address(empty);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(full_at + 8 * s, 1);
+      barrier_init(empty_at + 8 * s, decoders);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  Cursor at{first / p.tiles_per_batch, static_cast<uint32_t>(first % p.tiles_per_batch)};
+  if (team.warp == decoders) {  // the producer
+    const uint64_t policy = evict_first_policy();
+    const uint32_t a_bytes = p.chunks * kChunkBytes;
+    const uint32_t s_bytes = p.chunks * 2;
+    uint32_t stage = 0, parity = 0;
+#pragma unroll 1
+    for (int64_t item = first; item < last; ++item) {
+      barrier_wait(empty_at + 8 * stage, parity ^ 1);
+      const uint32_t row0 = at.tile * team.rows_per_tile;
+      const uint32_t rows = min(team.rows_per_tile, p.m - row0);
+      const uint32_t full_barrier = full_at + 8 * stage;
+      if (team.lane == 0) barrier_expect_bytes(full_barrier, rows * (a_bytes + s_bytes));
+      __syncwarp();
+      const uint8_t* a_rows = p.a + at.batch * p.a_batch + static_cast<uint64_t>(row0) * p.a_row;
+      const uint8_t* s_batch = p.sfa + at.batch * p.sfa_layout.batch;
+      const uint32_t base = ring + stage * stage_bytes;
+      for (uint32_t r = team.lane; r < rows; r += 32) {
+        bulk_copy(base + r * a_slot, a_rows + static_cast<uint64_t>(r) * p.a_row, a_bytes, full_barrier, policy);
+        bulk_copy(base + scales_at + r * s_slot, s_batch + p.sfa_layout.row(row0 + r), s_bytes, full_barrier,
+                  policy);
+      }
+      at = advance(p, at);
+      if (++stage == kStages) {
+        stage = 0;
+        parity ^= 1;
+      }
+    }
+    return;
+  }
+
+  const uint32_t zero = opaque_zero(p);
+  const uint32_t positive = kPositiveLow + zero;
+  const uint32_t negative = kNegativeLow + zero;
+  Lane<kChunks> lane;
+  lane.set(p, 0, team.k_warp, team.lane);
+  Vector<kChunks> vector;
+  int64_t vector_batch = at.batch;
+  load_vector(p, lane, vector_batch, positive, negative, vector);
+
+  const uint8_t* ring_bytes = reinterpret_cast<const uint8_t*>(stages);
+  uint32_t stage = 0, parity = 0;
+  int reducer = 0;
+#pragma unroll 1
+  for (int64_t item = first; item < last; ++item) {
+    barrier_wait(full_at + 8 * stage, parity);
+    const uint8_t* base = ring_bytes + stage * stage_bytes;
+    Tile<kChunks> tile;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint32_t slot = team.group * kRows + r;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const uint4 a = *reinterpret_cast<const uint4*>(base + slot * a_slot + lane.a_offset[i]);
+        const uint32_t pair =
+            *reinterpret_cast<const uint16_t*>(base + scales_at + slot * s_slot + lane.a_offset[i] / 8);
+        tile.a[r][i] = lane.valid[i] ? a : make_uint4(0, 0, 0, 0);
+        tile.s[r][i] = lane.valid[i] ? pair : 0u;
+      }
+    }
+    __syncwarp();
+    if (team.lane == 0) barrier_arrive(empty_at + 8 * stage);
+    if (at.batch != vector_batch) {
+      vector_batch = at.batch;
+      load_vector(p, lane, vector_batch, positive, negative, vector);
+    }
+    float acc[kRows] = {};
+    accumulate(tile, vector, positive, negative, acc);
+    finish_tile<kRows>(p, team, partial, at, item, reducer, acc);
+    reducer = next_reducer(team, reducer);
+    at = advance(p, at);
+    if (++stage == kStages) {
+      stage = 0;
+      parity ^= 1;
+    }
+  }
 }
 
 }  // namespace nvfp4_gemv

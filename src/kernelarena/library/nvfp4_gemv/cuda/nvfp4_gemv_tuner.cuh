@@ -20,19 +20,26 @@
 namespace nvfp4_gemv {
 namespace {
 
+enum class Kind { kRegisters, kRing, kBulk };
+
 struct VariantSpec {
-  int stages;      // depth of the cp.async ring; 0 for the register kernel
-  int min_blocks;  // __launch_bounds__ blocks per SM: <= 65536 / (256 * min_blocks) registers
+  Kind kind;
+  int stages;      // depth of the cp.async ring or of the bulk-copy stages; 0 for the register kernel
+  int min_blocks;  // __launch_bounds__ blocks per SM: <= 65536 / (threads * min_blocks) registers
   const char* name;
 };
 
 // Short on purpose (each is timed on the first call of a shape). The register kernel is first:
-// it handles every input, the others need one pass over k and 4-byte aligned scale groups.
+// it handles every input; the ring kernels need one pass over k and 4-byte aligned scale groups;
+// the bulk kernels also the plain scale layout with 16-byte aligned scale rows (k % 256 == 0).
 constexpr VariantSpec kVariants[] = {
-    {0, 2, "registers: 16-byte loads double-buffered in registers, 2 blocks/SM"},
-    {4, 2, "cp.async ring: 4 stages, 2 blocks/SM"},
-    {3, 3, "cp.async ring: 3 stages, 3 blocks/SM"},
-    {5, 2, "cp.async ring: 5 stages, 2 blocks/SM"},
+    {Kind::kRegisters, 0, 2, "registers: 16-byte loads double-buffered in registers, 2 blocks/SM"},
+    {Kind::kRing, 4, 2, "cp.async ring: 4 stages, 2 blocks/SM"},
+    {Kind::kRing, 3, 3, "cp.async ring: 3 stages, 3 blocks/SM"},
+    {Kind::kRing, 5, 2, "cp.async ring: 5 stages, 2 blocks/SM"},
+    {Kind::kBulk, 4, 2, "bulk copies: 4 stages, 2 blocks/SM"},
+    {Kind::kBulk, 6, 2, "bulk copies: 6 stages, 2 blocks/SM"},
+    {Kind::kBulk, 8, 1, "bulk copies: 8 stages, 1 block/SM"},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kDefaultAsyncVariant = 1;  // used without timing while a stream is being captured
@@ -50,6 +57,12 @@ Kernel kernel_for(int variant) {
       return gemv_async_kernel<kChunks, kVariants[2].stages, kVariants[2].min_blocks>;
     case 3:
       return gemv_async_kernel<kChunks, kVariants[3].stages, kVariants[3].min_blocks>;
+    case 4:
+      return gemv_bulk_kernel<kChunks, kVariants[4].stages, kVariants[4].min_blocks>;
+    case 5:
+      return gemv_bulk_kernel<kChunks, kVariants[5].stages, kVariants[5].min_blocks>;
+    case 6:
+      return gemv_bulk_kernel<kChunks, kVariants[6].stages, kVariants[6].min_blocks>;
     default:
       return nullptr;
   }
@@ -63,8 +76,14 @@ struct Config {
   int passes;
 };
 
-// Ring bytes of a block: per thread and stage, 4 chunks of A (16 bytes) and their scale words.
-constexpr size_t ring_bytes(int stages, int threads) { return size_t(stages) * 4 * threads * (16 + 4); }
+// Dynamic shared memory of a block of ``threads`` decoding threads. Ring: per thread and stage, 4
+// chunks of A (16 bytes) and their scale words (4 bytes). Bulk: per stage the rows of a tile, 4
+// chunks of A and their scale pairs (2 bytes) a thread.
+constexpr size_t shared_bytes(const VariantSpec& spec, int threads) {
+  return spec.kind == Kind::kRing   ? size_t(spec.stages) * 4 * threads * (16 + 4)
+         : spec.kind == Kind::kBulk ? size_t(spec.stages) * 4 * threads * (16 + 2)
+                                    : 0;
+}
 
 int multiprocessors(int device) {
   static std::mutex mutex;
@@ -81,11 +100,11 @@ int multiprocessors(int device) {
 // Blocks of ``threads`` that fit on one SM (0: none); on first sight of a kernel on a device, the
 // dynamic shared memory limit is raised to what it can ask for, with shared memory preferred
 // over L1 in the carve-out (A bypasses L1; only scales and b use it).
-int resident_blocks(Kernel kernel, int device, int threads, size_t shared_bytes, size_t shared_limit) {
+int resident_blocks(const void* kernel, int device, int threads, size_t shared_bytes, size_t shared_limit) {
   static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int>, int> cached;
+  static std::map<std::tuple<const void*, int, int, size_t>, int> cached;
   std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads);
+  const auto key = std::make_tuple(kernel, device, threads, shared_bytes);
   const auto found = cached.find(key);
   if (found != cached.end()) return found->second;
   if (shared_limit > 0) {
@@ -104,11 +123,13 @@ int resident_blocks(Kernel kernel, int device, int threads, size_t shared_bytes,
 // Launches a variant, persistent: as many blocks as fit at once, at most one per item. False
 // (nothing launched) when no block fits or the launch is refused.
 bool launch_variant(int variant, const Params& params, const Config& config, int device, cudaStream_t stream) {
-  const int threads = 32 * config.k_warps * config.groups;
+  const VariantSpec& spec = kVariants[variant];
+  const int decoders = 32 * config.k_warps * config.groups;
+  const int threads = decoders + (spec.kind == Kind::kBulk ? 32 : 0);  // + the bulk producer warp
   const Kernel kernel = config.chunks_per_lane == 1 ? kernel_for<1>(variant) : kernel_for<2>(variant);
-  const int stages = kVariants[variant].stages;
-  const size_t shared = ring_bytes(stages, threads);
-  const int per_sm = resident_blocks(kernel, device, threads, shared, ring_bytes(stages, kMaxThreads));
+  const size_t shared = shared_bytes(spec, decoders);
+  const int per_sm =
+      resident_blocks(reinterpret_cast<const void*>(kernel), device, threads, shared, shared_bytes(spec, kMaxThreads));
   if (per_sm == 0) return false;
   const int64_t grid = std::min<int64_t>(params.items, int64_t(per_sm) * multiprocessors(device));
   void* arguments[] = {const_cast<Params*>(&params)};
@@ -128,7 +149,7 @@ __global__ void read_through_kernel(const uint4* data, int64_t count, uint4* sin
 }
 
 // The choice per key, and the environment override (KERNELARENA_NVFP4_GEMV_VARIANT=i).
-using ChoiceKey = std::array<int64_t, 6>;  // device, m, k/2, l, permuted, async eligible
+using ChoiceKey = std::array<int64_t, 7>;  // device, m, k/2, l, permuted, ring and bulk eligible
 
 std::mutex& choice_mutex() {
   static std::mutex mutex;
