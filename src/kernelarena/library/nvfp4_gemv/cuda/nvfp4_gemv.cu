@@ -237,10 +237,13 @@ bool launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
 
   const bool ring_ok = config.passes == 1 && groups_aligned(sfa, sfa_strides);
   const bool bulk_ok = ring_ok && !permuted && bulk_rows_aligned(sfa, sfa_strides, k_scales);
+  const bool mma_ok = groups_aligned(sfa, sfa_strides);
+  const int device = a.device().device_id;
   std::vector<int> candidates;
   for (int v = 0; v < kVariantCount; ++v) {
     const Kind kind = kVariants[v].kind;
-    if (kind == Kind::kRegisters || (kind == Kind::kRing && ring_ok) || (kind == Kind::kBulk && bulk_ok)) {
+    if (kind == Kind::kRegisters || (kind == Kind::kRing && ring_ok) || (kind == Kind::kBulk && bulk_ok) ||
+        (kind == Kind::kMma && mma_ok && mma_fits(kVariants[v], chunks, device))) {
       candidates.push_back(v);
     }
   }
@@ -248,13 +251,12 @@ bool launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
   if (variant >= 0 && !applies(variant)) return false;  // run_variant with one that does not apply
   if (variant < 0 && forced_variant() >= 0) variant = applies(forced_variant()) ? forced_variant() : 0;
 
-  const int device = a.device().device_id;
   const DeviceGuard guard(device);
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(a.device().device_type, device));
   auto run_one = [&](int v) { return launch_variant(v, params, config, device, stream); };
   bool ran = false;
   if (variant < 0) {
-    const ChoiceKey key{device, m, k_packed, l, permuted ? 1 : 0, ring_ok ? 1 : 0, bulk_ok ? 1 : 0};
+    const ChoiceKey key{device, m, k_packed, l, permuted ? 1 : 0, ring_ok ? 1 : 0, bulk_ok ? 1 : 0, mma_ok ? 1 : 0};
     std::tie(variant, ran) = choose_variant(key, candidates, run_one, device, stream);
   }
   const bool launched = ran || run_one(variant);
@@ -292,7 +294,7 @@ bool run_variant(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::Tenso
 
 int64_t variant_count() { return nvfp4_gemv::kVariantCount; }
 
-// "registers", "ring" or "bulk": which inputs a variant applies to (see kVariants).
+// "registers", "ring", "bulk" or "mma": which inputs a variant applies to (see kVariants).
 tvm::ffi::String variant_kind(int64_t variant) {
   TVM_FFI_ICHECK(variant >= 0 && variant < nvfp4_gemv::kVariantCount) << "nvfp4_gemv: no variant " << variant;
   switch (nvfp4_gemv::kVariants[variant].kind) {
@@ -300,8 +302,10 @@ tvm::ffi::String variant_kind(int64_t variant) {
       return tvm::ffi::String("registers");
     case nvfp4_gemv::Kind::kRing:
       return tvm::ffi::String("ring");
-    default:
+    case nvfp4_gemv::Kind::kBulk:
       return tvm::ffi::String("bulk");
+    default:
+      return tvm::ffi::String("mma");
   }
 }
 
