@@ -388,11 +388,11 @@ def test_cuda_exports_its_variants():
     first), and no remembered choice before any call."""
     module = build(NAME, "cuda", "cpu").metadata["module"]
     count = module.variant_count()
-    assert 2 <= count <= 12
+    assert 2 <= count <= 8
     names = [str(module.variant_name(i)) for i in range(count)]
     assert names[0].startswith("registers") and all(names) and len(set(names)) == count
     kinds = [str(module.variant_kind(i)) for i in range(count)]
-    assert kinds[0] == "registers" and set(kinds) == {"registers", "ring", "bulk", "mma"}
+    assert kinds[0] == "registers" and set(kinds) == {"registers", "ring", "bulk"}
     assert module.chosen_variant(7168, 16384, 1, False) == -1
 
 
@@ -465,12 +465,10 @@ def _cuda_module():
 
 
 def _variant_applies(kind: str, k: int, permuted: bool, sfa: torch.Tensor) -> bool:
-    """The register kernel takes every input; the mma kernels 4-byte aligned scale groups
-    (every shape here: k/16 is a multiple of 4) with the decoded vector in shared memory (k up to
-    ~98000); the ring kernels rows of one sweep (k <= 16384) with aligned groups; the bulk kernels
-    also the plain scale layout, with each row's k/16 scale bytes a multiple of 16 bytes long and
-    16-byte aligned."""
-    if kind in ("registers", "mma"):
+    """The register kernel takes every input; the ring kernels rows of one sweep (k <= 16384)
+    with 4-byte aligned scale groups (every shape here); the bulk kernels also the plain scale
+    layout, with each row's k/16 scale bytes a multiple of 16 bytes long and 16-byte aligned."""
+    if kind == "registers":
         return True
     if k > 16384:
         return False

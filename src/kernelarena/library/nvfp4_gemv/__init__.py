@@ -95,7 +95,6 @@ def _workloads() -> tuple[WorkloadSpec, ...]:
 _CUDA_HEADERS = (
     "cuda/nvfp4_gemv_details.cuh",
     "cuda/nvfp4_gemv_kernels.cuh",
-    "cuda/nvfp4_gemv_mma.cuh",
     "cuda/nvfp4_gemv_tuner.cuh",
 )
 _SOLUTION_NOTES = (

@@ -43,10 +43,19 @@
 //     and of sfa into 4-8 shared-memory stages; the decoding warps only read shared memory. On
 //     the H200 these reached the same ~3.2 TB/s as the ring: with 100+ KB in flight an SM the
 //     memory side is no longer what limits the dp4a kernels, their ~2.8 instructions a value are.
-//     A tensor-core variant (the same decode into magnitudes, mma.m16n8k32 u8 x s8 for the
-//     multiply-adds, stages of 16 rows x 512 bytes) was tried on 2026-11-22 and reached only
-//     24-43% of the speed of light: 512- and 64-byte bulk copies (one per row) and 8-way bank
-//     conflicts on its 512-byte row stride. Its next form: TMA tensor maps (one copy a 16-row box).
+//     Tensor cores, tried twice and not kept. 2026-11-22: magnitudes into mma.m16n8k32 u8 x s8
+//     fed by bulk copies of 16 rows x 512 bytes: 24-43% of the speed of light (512- and 64-byte
+//     copies, 8-way bank conflicts). 2026-11-23 (commit b2fb42b has the code): per-thread cp.async
+//     rings of 16-row x 256-value tiles, the vector decoded once per block into the mma's B layout
+//     (one 16-value scale group a column, so each lane's accumulators are 4 groups of its rows);
+//     u8 x s8 with the PRMT decode above took 27.8 / 45.1 / 17.8 us on the H200's three benchmark
+//     shapes, e4m3 x e4m3 (e2m1 bits drop into e4m3: 7 shifts and LOP3s per 8 values; ptxas lowers
+//     the e4m3 mma to F2FP conversions and HMMA on sm_90) 30.9 / 52.2 / 19.7 us, against 22.7 /
+//     40.9 / 13.0 us here. ncu (7168x16384x1): the dp4a ring kernel issues 3.7 instructions a
+//     value at 62% of the issue slots (5.2 warps a scheduler; ALU pipe 49%, DRAM 60%; stalls:
+//     scoreboard 1.6, barrier 1.0, ALU throttle 0.9 cycles an instruction); the u8 x s8 kernel
+//     2.8 at 45% (3.7 warps a scheduler). A bare streaming read of A reaches 4.2-4.5 TB/s
+//     (scripts/probe_nvfp4.py), so the gap to it is issue latency, not bytes.
 // - The choice (nvfp4_gemv_tuner.cuh): the first call of a (device, m, k, l, scale layout) key
 //   times every variant that applies on the caller's inputs (CUDA events, the L2 flushed by a
 //   read of twice its size before each call, up to 7 interleaved rounds, the median deciding;
@@ -237,13 +246,10 @@ bool launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
 
   const bool ring_ok = config.passes == 1 && groups_aligned(sfa, sfa_strides);
   const bool bulk_ok = ring_ok && !permuted && bulk_rows_aligned(sfa, sfa_strides, k_scales);
-  const bool mma_ok = groups_aligned(sfa, sfa_strides);
-  const int device = a.device().device_id;
   std::vector<int> candidates;
   for (int v = 0; v < kVariantCount; ++v) {
     const Kind kind = kVariants[v].kind;
-    if (kind == Kind::kRegisters || (kind == Kind::kRing && ring_ok) || (kind == Kind::kBulk && bulk_ok) ||
-        (kind == Kind::kMma && mma_ok && mma_fits(kVariants[v], chunks, device))) {
+    if (kind == Kind::kRegisters || (kind == Kind::kRing && ring_ok) || (kind == Kind::kBulk && bulk_ok)) {
       candidates.push_back(v);
     }
   }
@@ -251,12 +257,13 @@ bool launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
   if (variant >= 0 && !applies(variant)) return false;  // run_variant with one that does not apply
   if (variant < 0 && forced_variant() >= 0) variant = applies(forced_variant()) ? forced_variant() : 0;
 
+  const int device = a.device().device_id;
   const DeviceGuard guard(device);
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(a.device().device_type, device));
   auto run_one = [&](int v) { return launch_variant(v, params, config, device, stream); };
   bool ran = false;
   if (variant < 0) {
-    const ChoiceKey key{device, m, k_packed, l, permuted ? 1 : 0, ring_ok ? 1 : 0, bulk_ok ? 1 : 0, mma_ok ? 1 : 0};
+    const ChoiceKey key{device, m, k_packed, l, permuted ? 1 : 0, ring_ok ? 1 : 0, bulk_ok ? 1 : 0};
     std::tie(variant, ran) = choose_variant(key, candidates, run_one, device, stream);
   }
   const bool launched = ran || run_one(variant);
@@ -294,7 +301,7 @@ bool run_variant(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::Tenso
 
 int64_t variant_count() { return nvfp4_gemv::kVariantCount; }
 
-// "registers", "ring", "bulk" or "mma": which inputs a variant applies to (see kVariants).
+// "registers", "ring" or "bulk": which inputs a variant applies to (see kVariants).
 tvm::ffi::String variant_kind(int64_t variant) {
   TVM_FFI_ICHECK(variant >= 0 && variant < nvfp4_gemv::kVariantCount) << "nvfp4_gemv: no variant " << variant;
   switch (nvfp4_gemv::kVariants[variant].kind) {
@@ -302,10 +309,8 @@ tvm::ffi::String variant_kind(int64_t variant) {
       return tvm::ffi::String("registers");
     case nvfp4_gemv::Kind::kRing:
       return tvm::ffi::String("ring");
-    case nvfp4_gemv::Kind::kBulk:
-      return tvm::ffi::String("bulk");
     default:
-      return tvm::ffi::String("mma");
+      return tvm::ffi::String("bulk");
   }
 }
 

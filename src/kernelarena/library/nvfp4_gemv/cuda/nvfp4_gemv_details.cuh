@@ -57,7 +57,6 @@ struct Params {
   int32_t chunks;           // k / 32
   int32_t k_warps;          // warps sharing a row (split over k), reduced through shared memory
   int32_t passes;           // sweeps over k when a row exceeds k_warps * 32 * chunks per lane
-  int32_t steps;            // mma kernel: tiles of 256 values of k a warp takes in each row
 };
 
 __device__ __forceinline__ uint32_t prmt(uint32_t low, uint32_t high, uint32_t selector) {

@@ -16,19 +16,17 @@
 #include <vector>
 
 #include "nvfp4_gemv_kernels.cuh"
-#include "nvfp4_gemv_mma.cuh"
 
 namespace nvfp4_gemv {
 namespace {
 
-enum class Kind { kRegisters, kRing, kBulk, kMma };
+enum class Kind { kRegisters, kRing, kBulk };
 
 struct VariantSpec {
   Kind kind;
   int stages;      // depth of the cp.async ring or of the bulk-copy stages; 0 for the register kernel
   int min_blocks;  // __launch_bounds__ blocks per SM: <= 65536 / (threads * min_blocks) registers
   const char* name;
-  bool integer = false;  // mma kernel: u8 x s8 (IMMA) rather than e4m3 x e4m3
 };
 
 // Short on purpose (each is timed on the first call of a shape). The register kernel is first:
@@ -42,9 +40,6 @@ constexpr VariantSpec kVariants[] = {
     {Kind::kBulk, 4, 2, "bulk copies: 4 stages, 2 blocks/SM"},
     {Kind::kBulk, 6, 2, "bulk copies: 6 stages, 2 blocks/SM"},
     {Kind::kBulk, 8, 1, "bulk copies: 8 stages, 1 block/SM"},
-    {Kind::kMma, 4, 2, "tensor cores (mma u8 x s8), cp.async ring: 4 stages, 2 blocks/SM", true},
-    {Kind::kMma, 3, 3, "tensor cores (mma u8 x s8), cp.async ring: 3 stages, 3 blocks/SM", true},
-    {Kind::kMma, 4, 2, "tensor cores (mma e4m3 x e4m3), cp.async ring: 4 stages, 2 blocks/SM", false},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kDefaultAsyncVariant = 1;  // used without timing while a stream is being captured
@@ -68,12 +63,6 @@ Kernel kernel_for(int variant) {
       return gemv_bulk_kernel<kChunks, kVariants[5].stages, kVariants[5].min_blocks>;
     case 6:
       return gemv_bulk_kernel<kChunks, kVariants[6].stages, kVariants[6].min_blocks>;
-    case 7:
-      return gemv_mma_kernel<kVariants[7].stages, kVariants[7].min_blocks, kVariants[7].integer>;
-    case 8:
-      return gemv_mma_kernel<kVariants[8].stages, kVariants[8].min_blocks, kVariants[8].integer>;
-    case 9:
-      return gemv_mma_kernel<kVariants[9].stages, kVariants[9].min_blocks, kVariants[9].integer>;
     default:
       return nullptr;
   }
@@ -131,69 +120,19 @@ int resident_blocks(const void* kernel, int device, int threads, size_t shared_b
   return blocks;
 }
 
-int shared_memory_limit(int device) {
-  static std::mutex mutex;
-  static std::map<int, int> cached;
-  std::lock_guard<std::mutex> lock(mutex);
-  int& bytes = cached[device];
-  if (bytes == 0) cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return bytes;
-}
-
-// The mma kernel's work split: k_warps warps share 16 rows, each ``steps`` tiles of 256 values (as
-// few warps as keep the steps at most ceil(k / 256 / 8), so that few tiles past the row are read as
-// zeros); 8 / k_warps groups of 16 rows a block.
-struct MmaSplit {
-  int k_warps, steps, groups;
-  int threads() const { return 32 * k_warps * groups; }
-  int span_tiles() const { return k_warps * steps; }
-};
-
-MmaSplit mma_split(int64_t chunks) {
-  const int64_t tiles = (chunks + 7) / 8;
-  const int64_t steps = (tiles + kMaxWarps - 1) / kMaxWarps;
-  const int k_warps = static_cast<int>((tiles + steps - 1) / steps);
-  return MmaSplit{k_warps, static_cast<int>(steps), std::max(1, kMaxWarps / k_warps)};
-}
-
-// Whether an mma variant's shared memory (ring and decoded vector) fits one block.
-bool mma_fits(const VariantSpec& spec, int64_t chunks, int device) {
-  const MmaSplit split = mma_split(chunks);
-  return mma_shared_bytes(spec.stages, split.threads(), split.span_tiles(), spec.integer) + kMmaStaticShared <=
-         size_t(shared_memory_limit(device));
-}
-
 // Launches a variant, persistent: as many blocks as fit at once, at most one per item. False
 // (nothing launched) when no block fits or the launch is refused.
 bool launch_variant(int variant, const Params& params, const Config& config, int device, cudaStream_t stream) {
   const VariantSpec& spec = kVariants[variant];
-  Params launched = params;
-  int threads = 0;
-  size_t shared = 0, shared_limit = 0;
-  Kernel kernel = nullptr;
-  if (spec.kind == Kind::kMma) {
-    const MmaSplit split = mma_split(params.chunks);
-    const int64_t batches = params.items / params.tiles_per_batch;
-    const int64_t rows_per_item = int64_t(kMmaRows) * split.groups;
-    launched.k_warps = split.k_warps;
-    launched.steps = split.steps;
-    launched.tiles_per_batch = static_cast<int32_t>((params.m + rows_per_item - 1) / rows_per_item);
-    launched.items = int64_t(launched.tiles_per_batch) * batches;
-    threads = split.threads();
-    shared = mma_shared_bytes(spec.stages, threads, split.span_tiles(), spec.integer);
-    shared_limit = size_t(shared_memory_limit(device)) - kMmaStaticShared;  // the most any call asks
-    kernel = kernel_for<1>(variant);
-  } else {
-    const int decoders = 32 * config.k_warps * config.groups;
-    threads = decoders + (spec.kind == Kind::kBulk ? 32 : 0);  // + the bulk producer warp
-    kernel = config.chunks_per_lane == 1 ? kernel_for<1>(variant) : kernel_for<2>(variant);
-    shared = shared_bytes(spec, decoders);
-    shared_limit = shared_bytes(spec, kMaxThreads);
-  }
-  const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), device, threads, shared, shared_limit);
+  const int decoders = 32 * config.k_warps * config.groups;
+  const int threads = decoders + (spec.kind == Kind::kBulk ? 32 : 0);  // + the bulk producer warp
+  const Kernel kernel = config.chunks_per_lane == 1 ? kernel_for<1>(variant) : kernel_for<2>(variant);
+  const size_t shared = shared_bytes(spec, decoders);
+  const int per_sm =
+      resident_blocks(reinterpret_cast<const void*>(kernel), device, threads, shared, shared_bytes(spec, kMaxThreads));
   if (per_sm == 0) return false;
-  const int64_t grid = std::min<int64_t>(launched.items, int64_t(per_sm) * multiprocessors(device));
-  void* arguments[] = {&launched};
+  const int64_t grid = std::min<int64_t>(params.items, int64_t(per_sm) * multiprocessors(device));
+  void* arguments[] = {const_cast<Params*>(&params)};
   return cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(grid)), dim3(threads),
                           arguments, shared, stream) == cudaSuccess;
 }
@@ -210,7 +149,7 @@ __global__ void read_through_kernel(const uint4* data, int64_t count, uint4* sin
 }
 
 // The choice per key, and the environment override (KERNELARENA_NVFP4_GEMV_VARIANT=i).
-using ChoiceKey = std::array<int64_t, 8>;  // device, m, k/2, l, permuted, ring, bulk and mma eligible
+using ChoiceKey = std::array<int64_t, 7>;  // device, m, k/2, l, permuted, ring and bulk eligible
 
 std::mutex& choice_mutex() {
   static std::mutex mutex;
