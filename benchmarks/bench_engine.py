@@ -74,9 +74,15 @@ def rmsnorm_dataset(root: Path, batches: tuple[int, ...]) -> None:
         )
 
 
-def timed_cli(dataset: Path, device: str, cache: Path) -> tuple[float, dict]:
+def timed_cli(
+    dataset: Path, device: str, cache: Path, profile: Path | None = None
+) -> tuple[float, dict]:
+    """One ``kernelarena run`` of the engine workloads; with ``profile``, the parent under cProfile
+    (parent.prof) and the worker too (KERNELARENA_WORKER_PROFILE), both written there."""
+    parent_profile = ["-m", "cProfile", "-o", str(profile / "parent.prof")] if profile else []
     command = [
         sys.executable,
+        *parent_profile,
         "-m",
         "kernelarena.cli",
         "run",
@@ -93,6 +99,9 @@ def timed_cli(dataset: Path, device: str, cache: Path) -> tuple[float, dict]:
         ",".join(RMSNORM_SOLUTIONS),
     ]
     env = dict(os.environ, KERNELARENA_CACHE=str(cache), TRITON_CACHE_DIR=str(cache / "triton"))
+    if profile:
+        profile.mkdir(parents=True, exist_ok=True)
+        env["KERNELARENA_WORKER_PROFILE"] = str(profile)
     started = time.perf_counter()
     finished = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - started
@@ -100,6 +109,18 @@ def timed_cli(dataset: Path, device: str, cache: Path) -> tuple[float, dict]:
         raise RuntimeError(finished.stderr[-3000:])
     payload = json.loads(finished.stdout.strip().splitlines()[-1])
     return wall, payload
+
+
+def python_bytecode() -> dict:
+    """Whether imports here read compiled bytecode: a start-up's largest cost. (The GPU machines'
+    image sets PYTHONDONTWRITEBYTECODE and ships torch without .pyc files, so every process
+    compiles it again: ~1.5 s more for ``import torch`` than after ``python -m compileall``.)"""
+    import importlib.util
+
+    return {
+        "dont_write_bytecode": sys.dont_write_bytecode,
+        "torch_pyc_present": Path(importlib.util.cache_from_source(torch.__file__)).exists(),
+    }
 
 
 def copy_agreement(device: torch.device, megabytes: int = 1024) -> dict:
@@ -166,9 +187,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--skip-rmsnorm", action="store_true", help="only the copy agreement")
+    parser.add_argument("--skip-copy", action="store_true", help="only the command-line runs")
+    parser.add_argument(
+        "--label", default="", help="suffix of the results file (engine_<device>_<date>_<label>)"
+    )
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="cProfile the warm run's parent and worker here"
+    )
     arguments = parser.parse_args()
     device = torch.device(arguments.device)
-    report: dict = {"benchmark": "engine", "environment": environment(device), "runs": []}
+    report: dict = {
+        "benchmark": "engine",
+        "environment": environment(device),
+        "python_bytecode": python_bytecode(),
+        "runs": [],
+    }
     work = Path(tempfile.mkdtemp(prefix="kernelarena-engine-bench-"))
     try:
         if not arguments.skip_rmsnorm:
@@ -176,7 +209,8 @@ def main() -> None:
         cache = work / "cache"
         for label in () if arguments.skip_rmsnorm else ("cold", "warm"):
             shutil.rmtree(work / "dataset" / "traces", ignore_errors=True)
-            wall, payload = timed_cli(work / "dataset", arguments.device, cache)
+            profile = arguments.profile if label == "warm" else None
+            wall, payload = timed_cli(work / "dataset", arguments.device, cache, profile)
             traces = payload["traces"]
             statuses: dict[str, int] = {}
             for trace in traces:
@@ -200,7 +234,7 @@ def main() -> None:
             for worker in payload["environments"]:
                 if worker.get("startup"):
                     print(f"  worker start-up {describe_startup(worker['startup'])}")
-        if device.type == "cuda":
+        if device.type == "cuda" and not arguments.skip_copy:
             report["copy_agreement"] = copy_agreement(device)
             print("copy agreement:", report["copy_agreement"])
     finally:
@@ -212,6 +246,8 @@ def main() -> None:
         "date": "2026-11-22",
     }
     path = result_path("engine", report["environment"])
+    if arguments.label:
+        path = path.with_name(f"{path.stem}_{arguments.label}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print("wrote", path)

@@ -66,6 +66,35 @@ def main() -> None:
         if any(s.name.endswith("_" + x) for x in RMSNORM_SOLUTIONS)
     ]
     print("solutions", [s.name for s in solutions])
+    # Seconds per evaluator phase (nested phases count inside their callers too).
+    phase_seconds: dict[str, float] = {}
+
+    def timed(name: str) -> None:
+        original = getattr(Evaluator, name)
+
+        def wrapper(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                phase_seconds[name] = phase_seconds.get(name, 0.0) + time.perf_counter() - t
+
+        setattr(Evaluator, name, wrapper)
+
+    for name in (
+        "_build",
+        "_check",
+        "_time",
+        "_short",
+        "_graph",
+        "_events_or_clock",
+        "_check_after_timing",
+        "_prepare",
+        "_expected",
+        "_compare_all",
+        "_call",
+    ):
+        timed(name)
     for label in ("pass1", "pass2"):
         profiler = cProfile.Profile()
         total = time.perf_counter()
@@ -82,6 +111,8 @@ def main() -> None:
                     f"{ev.status.value if ev else outcome.skipped} {perf.timing_mode if perf else ''} {perf.latency_ms if perf else ''}"
                 )
         print(f"{label} total {time.perf_counter() - total:.2f} s")
+        print(f"{label} phases: " + ", ".join(f"{k} {v:.3f}" for k, v in phase_seconds.items()))
+        phase_seconds.clear()
         stream = io.StringIO()
         pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(45)
         print(stream.getvalue()[:9000])

@@ -16,6 +16,9 @@ pytestmark = pytest.mark.gpu
 
 def test_cuda_winners_of_three_languages_run_in_process() -> None:
     library = load_library()
+    # Only this test's timings decide: the library ships measured scale_bf16 traces of this GPU
+    # (an H200's favour torch at 4096 x 4096), which would otherwise compete with them.
+    library.traces.pop("scale_bf16", None)
     definition = library.definitions["scale_bf16"]
     gpu = torch.cuda.get_device_name(0)
     solutions = {s: library.solutions[f"scale_bf16_{s}"] for s in ("triton", "cuda", "torch_eager")}

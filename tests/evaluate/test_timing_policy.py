@@ -14,7 +14,7 @@ import torch
 from kernelarena.evaluate import evaluator as evaluator_module
 from kernelarena.evaluate.evaluator import Evaluator
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.timing import Timing, probe_cuda_graph, summarize
+from kernelarena.evaluate.timing import Timing, probe_cuda_graph, summarize, time_cuda_graph
 
 ENVIRONMENT = {"hardware": "test"}
 
@@ -126,3 +126,22 @@ def test_gpu_probe_measures_the_gpu_not_the_host() -> None:
     assert torch.equal(out, x * 2.0)
     evaluator = Evaluator(device, ENVIRONMENT)
     assert evaluator._short(call, Options(graph_below_us=100.0))
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replays_stop_at_their_budget() -> None:
+    """With a budget, replays stop once they have taken that long, never before ``min_replays``;
+    without one, all of them run."""
+    device = torch.device("cuda:0")
+    x = torch.randn(1 << 24, device=device)  # 64 MB: ~30 us a copy, ~0.6 ms a replay of 20
+    out = torch.empty_like(x)
+
+    def call(i: int) -> None:
+        out.copy_(x)
+
+    full = time_cuda_graph(call, device, replays=30)
+    assert full.count == 30
+    budgeted = time_cuda_graph(call, device, replays=30, budget_ms=2.0, min_replays=5)
+    assert 5 <= budgeted.count < 30, budgeted.count
+    tiny = time_cuda_graph(call, device, replays=30, budget_ms=1e-6, min_replays=5)
+    assert tiny.count == 5

@@ -69,6 +69,19 @@ class L2Flusher:
         self.buffer.zero_()
 
 
+_flushers: dict[torch.device, L2Flusher] = {}
+
+
+def l2_flusher(device: torch.device) -> L2Flusher:
+    """One flusher per device for the life of the process: a fresh 120 MB buffer for every timed
+    call would go back to cudaMalloc each time a graph capture has emptied the allocator's cache."""
+    if device.index is None:
+        device = torch.device(device.type, torch.cuda.current_device())
+    if device not in _flushers:
+        _flushers[device] = L2Flusher(device)
+    return _flushers[device]
+
+
 def time_cuda(
     fn: Call,
     device: torch.device,
@@ -80,7 +93,7 @@ def time_cuda(
     flush_l2: bool = True,
 ) -> Timing:
     """One event pair around each call; the L2 flush happens outside the pair."""
-    flusher = L2Flusher(device) if flush_l2 else None
+    flusher = l2_flusher(device) if flush_l2 else None
     stream = torch.cuda.current_stream(device)
     for i in range(warmup):
         fn(i)
@@ -116,10 +129,13 @@ def time_cuda_graph(
     calls_per_graph: int = 20,
     replays: int = 30,
     warmup: int = 3,
+    budget_ms: float | None = None,
+    min_replays: int = 5,
 ) -> Timing:
     """For kernels too short for per-call events: a graph of ``calls_per_graph`` calls, each
     replay timed, each sample the replay time over the calls in it. Launch gaps vanish; the L2 is
-    not flushed inside a graph, so callers rotate inputs through ``fn(i)`` where that matters."""
+    not flushed inside a graph, so callers rotate inputs through ``fn(i)`` where that matters.
+    With ``budget_ms``, replays stop once they have taken that long (after ``min_replays``)."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -135,14 +151,19 @@ def time_cuda_graph(
     torch.cuda.synchronize(device)
     samples = []
     stream = torch.cuda.current_stream(device)
-    for _ in range(replays):
+    spent_ms = 0.0
+    for replay in range(replays):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record(stream)
         graph.replay()
         end.record(stream)
         end.synchronize()
-        samples.append(start.elapsed_time(end) / calls_per_graph)
+        replay_ms = start.elapsed_time(end)
+        samples.append(replay_ms / calls_per_graph)
+        spent_ms += replay_ms
+        if budget_ms is not None and replay + 1 >= min_replays and spent_ms >= budget_ms:
+            break
     del graph
     return summarize(samples, "cuda_graph")
 
