@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_nvfp4_gemv import INPUTS, bytes_moved, mismatch
 
+from kernelarena.evaluate.ceilings import measure_ceilings
+from kernelarena.evaluate.timing import time_cuda_graph
 from kernelarena.testing import build, library_definition, reference
 
 READ_SOURCE = r"""
@@ -59,29 +61,10 @@ void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blo
 """
 
 
-def graph_time_us(calls: list, replays: int = 30) -> float:
-    """Median us per call of a CUDA graph holding ``calls`` (each a no-argument callable)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls[:2]:
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / len(calls))
-    return sorted(samples)[len(samples) // 2]
+def graph_time_us(calls: list, device: torch.device) -> float:
+    """Median us per call of one CUDA graph holding ``calls`` (no-argument callables)."""
+    timing = time_cuda_graph(lambda i: calls[i](), device, calls_per_graph=len(calls))
+    return timing.median_ms * 1e3
 
 
 def main() -> int:
@@ -106,28 +89,16 @@ def main() -> int:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     copy_gbps = None
     if not args.no_time:
-        # Events around single copies, not a graph: captured in a graph, this copy measured
-        # 2.8 TB/s on an H200 against 4.25 with events (likely a memcpy node, served by the copy
-        # engines rather than a kernel).
-        x = torch.randn(1 << 28, device=device)
-        y = torch.empty_like(x)
-        samples = []
-        for _ in range(12):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            y.copy_(x)
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3)
-        copy_gbps = 8 * x.numel() / sorted(samples[2:])[5] / 1e3
-        del x, y
+        # The engine's ceiling: events around single copies (captured in a graph, a copy
+        # measured 2.8 TB/s on an H200 against 4.25: likely a memcpy node on the copy engines).
+        copy_gbps = measure_ceilings(device)["copy_gbps"]
         import tvm_ffi.cpp
 
         reader = tvm_ffi.cpp.load_inline(
             "probe_read", cuda_sources=READ_SOURCE, functions=["read_only"]
         )
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        print(f"copy ceiling {copy_gbps:.0f} GB/s (1 GiB copy, read + write)")
+        print(f"copy ceiling {copy_gbps:.0f} GB/s (512 MB copy, read + write)")
     for m, k, batches in shapes:
         axes = definition.resolve_axes({"m": m, "k": k, "l": batches, "n": 128})
         case_bytes = bytes_moved(m, k, batches)
@@ -160,7 +131,8 @@ def main() -> int:
                     [
                         (lambda i=i: reader.read_only(a_only[i % sets], sink, blocks_per_sm * sms))
                         for i in range(20)
-                    ]
+                    ],
+                    device,
                 )
                 gbps = a_only[0].numel() / us / 1e3
                 print(
@@ -192,7 +164,8 @@ def main() -> int:
                         )
                     )
                     for i in range(20)
-                ]
+                ],
+                device,
             )
             print(f"  variant {variant}: {us:7.2f} us, {light_us / us:5.1%} of light  ({name})")
     return 0
