@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine: one stage of GPU work, logs and results under $OUT.
-# Usage: scripts/gpu_stage.sh STAGE   (framework | kernels | benchmarks | scaling)
+# Usage: scripts/gpu_stage.sh STAGE   (framework | tests | benchmarks | library | scaling | nvfp4)
 set -uo pipefail
 stage=${1:?stage}
 OUT=${OUT:-/tmp/out}
@@ -40,6 +40,25 @@ case "$stage" in
       --allow-failures --trials 2 > "$OUT/library_run.txt" 2>&1; tail -3 "$OUT/library_run.txt"
     tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" .
     tar czf "$OUT/results.tgz" benchmarks/results
+    ;;
+  nvfp4)  # one kernel's round: its GPU tests and dispatch's, its benchmark, its dispatch traces
+    parts=${NVFP4_PARTS:-tests bench library}
+    if [[ $parts == *tests* ]]; then
+      log "gpu tests"
+      timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/library/test_nvfp4_gemv.py \
+        tests/dispatch > "$OUT/gpu-tests.txt" 2>&1; tail -4 "$OUT/gpu-tests.txt"
+    fi
+    if [[ $parts == *bench* ]]; then
+      log "bench"; timeout 240 python3 benchmarks/bench_nvfp4_gemv.py > "$OUT/bench_nvfp4_gemv.txt" 2>&1
+      tail -32 "$OUT/bench_nvfp4_gemv.txt"
+      cp "$(ls -t benchmarks/results/nvfp4_gemv_*.json | head -1)" "$OUT/"
+    fi
+    if [[ $parts == *library* ]]; then
+      log "library run"
+      timeout 240 python3 -m kernelarena.cli run nvfp4_gemv --suite performance --device cuda:0 --allow-failures \
+        --trials 2 > "$OUT/library_run.txt" 2>&1; tail -3 "$OUT/library_run.txt"
+      tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" .
+    fi
     ;;
   scaling)
     log "scaling"; timeout 540 python3 -m benchmarks.bench_scaling ${SCALING_ARGS:-} 2>&1 | tee "$OUT/scaling.txt" | tail -30

@@ -388,11 +388,11 @@ def test_cuda_exports_its_variants():
     first), and no remembered choice before any call."""
     module = build(NAME, "cuda", "cpu").metadata["module"]
     count = module.variant_count()
-    assert 2 <= count <= 8
+    assert 2 <= count <= 12
     names = [str(module.variant_name(i)) for i in range(count)]
     assert names[0].startswith("registers") and all(names) and len(set(names)) == count
     kinds = [str(module.variant_kind(i)) for i in range(count)]
-    assert kinds[0] == "registers" and set(kinds) == {"registers", "ring", "bulk"}
+    assert kinds[0] == "registers" and set(kinds) == {"registers", "ring", "bulk", "rows"}
     assert module.chosen_variant(7168, 16384, 1, False) == -1
 
 
@@ -465,11 +465,14 @@ def _cuda_module():
 
 
 def _variant_applies(kind: str, k: int, permuted: bool, sfa: torch.Tensor) -> bool:
-    """The register kernel takes every input; the ring kernels rows of one sweep (k <= 16384)
-    with 4-byte aligned scale groups (every shape here); the bulk kernels also the plain scale
-    layout, with each row's k/16 scale bytes a multiple of 16 bytes long and 16-byte aligned."""
+    """The register kernel takes every input; the whole-row kernels k <= 65536 (their decoded
+    vector in shared memory); the ring kernels rows of one sweep (k <= 16384) with 4-byte aligned
+    scale groups (every shape here); the bulk kernels also the plain scale layout, with each
+    row's k/16 scale bytes a multiple of 16 bytes long and 16-byte aligned."""
     if kind == "registers":
         return True
+    if kind == "rows":
+        return k <= 65536
     if k > 16384:
         return False
     if kind == "ring":
@@ -510,9 +513,9 @@ def test_cuda_every_variant(generator, m, k, batches, n, params):
 
 @pytest.mark.gpu
 def test_cuda_ring_variants_decline_unaligned_scale_groups():
-    """Scale rows 2 bytes wider than k/16 (even, but not a multiple of 4): the ring variants read
-    4-scale groups as aligned words, so they decline; the default call falls back to the
-    register kernel and stays correct."""
+    """Scale rows 2 bytes wider than k/16 (even, but not a multiple of 4): the ring and bulk
+    variants read 4-scale groups as aligned words, so they decline; the register and whole-row
+    kernels read pairs and stay correct, and the default call picks one of those."""
     m, k, batches = 96, 512, 2
     module = _cuda_module()
     inputs = make(m, k, batches, "wide", device="cuda")
@@ -522,14 +525,21 @@ def test_cuda_ring_variants_decline_unaligned_scale_groups():
     assert inputs["sfa"].stride(0) % 4 == 2
     expected = reference(NAME)["run"](*(inputs[name] for name in INPUTS))
     arguments = [inputs[name] for name in INPUTS]
+    pair_readers = ("registers", "rows")
     for variant in range(module.variant_count()):
         c = poisoned_output(m, batches, "cuda")
-        assert module.run_variant(*arguments, c, variant, False) == (variant == 0)
+        kind = str(module.variant_kind(variant))
+        assert module.run_variant(*arguments, c, variant, False) == (kind in pair_readers)
+        if kind in pair_readers:
+            torch.cuda.synchronize()
+            assert_close(
+                c, expected, **TOLERANCE["c"], name=f"c (variant {variant}, unaligned groups)"
+            )
     c = poisoned_output(m, batches, "cuda")
     build(NAME, "cuda", "cuda")(*arguments, c)
     torch.cuda.synchronize()
     assert_close(c, expected, **TOLERANCE["c"], name="c (default, unaligned groups)")
-    assert module.chosen_variant(m, k, batches, False) == 0
+    assert str(module.variant_kind(module.chosen_variant(m, k, batches, False))) in pair_readers
 
 
 @pytest.mark.gpu
@@ -558,3 +568,23 @@ def test_cuda_choice_is_remembered_and_deterministic(permuted):
     assert module.run_variant(*arguments, c, chosen, permuted)
     torch.cuda.synchronize()
     assert torch.equal(c, outputs[0])
+
+
+@pytest.mark.gpu
+def test_cuda_first_call_inside_graph_capture():
+    """A shape's first call made while a CUDA graph is being captured cannot time anything: it
+    records the default variant untimed, remembers no choice, and the replayed graph is correct."""
+    m, k, batches = 640, 1536, 3  # a key no other test uses
+    module = _cuda_module()
+    solution = build(NAME, "cuda", "cuda")
+    inputs = make(m, k, batches, "wide", device="cuda")
+    arguments = [inputs[name] for name in INPUTS]
+    expected = reference(NAME)["run"](*arguments)
+    c = poisoned_output(m, batches, "cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        solution(*arguments, c)
+    assert module.chosen_variant(m, k, batches, False) == -1
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(c, expected, **TOLERANCE["c"], name="c (first call captured)")

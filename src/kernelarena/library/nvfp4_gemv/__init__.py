@@ -95,6 +95,7 @@ def _workloads() -> tuple[WorkloadSpec, ...]:
 _CUDA_HEADERS = (
     "cuda/nvfp4_gemv_details.cuh",
     "cuda/nvfp4_gemv_kernels.cuh",
+    "cuda/nvfp4_gemv_rows.cuh",
     "cuda/nvfp4_gemv_tuner.cuh",
 )
 _SOLUTION_NOTES = (
@@ -177,10 +178,11 @@ OPERATOR = OperatorSpec(
             "cuda/nvfp4_gemv.cu::run",
             extra_files=_CUDA_HEADERS,
             targets=("sm_90a",),
-            description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; b held in registers, persistent "
-            "blocks; A through a per-thread cp.async ring in shared memory 3-5 tiles deep, bulk "
-            "copies of whole rows by a producer warp, or double-buffered in registers: the variant "
-            "timed per (m, k, l) on the first call.",
+            description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; warps that sweep whole rows alone, "
+            "b decoded once a block into shared memory and A in a register ring 3-6 steps deep, "
+            "or persistent blocks with b in registers and A through a per-thread cp.async ring, "
+            "bulk copies of whole rows by a producer warp, or double-buffered registers: the "
+            "variant timed per (m, k, l) on the first call.",
         ),
         SolutionSpec(
             "cuda_permuted",

@@ -10,11 +10,13 @@
 //   and sums. Per 8 values: 7 ALU operations (xor, 2 shifts, 4 PRMT) and 4 dp4a on the FMA-heavy
 //   pipe. A 16-value block sums exactly in int32; started from magic - 12 * sum(2b), its bits are the
 //   float 12582912 + sum(2a * 2b), so two FMAs apply sfb/4 and sfa (e4m3x2 -> half2, sm_89+).
-// - b is decoded once per block and batch into registers (int8 2b, start values, sfb as float):
-//   each lane always owns the same chunks (16 bytes, 32 values) of every row.
-// - Persistent blocks (as many as fit at once), each a contiguous range of work items (a tile of
-//   rows of one batch) balanced to within one item.
-// - Work split from C = k / 32 chunks a row (choose_config): chunks a lane 1 when C <= 32 or
+// - Variants 0-6 (nvfp4_gemv_kernels.cuh): b is decoded once per block and batch into registers
+//   (int8 2b, start values, sfb as float): each lane always owns the same chunks (16 bytes, 32
+//   values) of every row. Variants 7-9 (nvfp4_gemv_rows.cuh) keep it in shared memory instead and
+//   give each warp whole rows: see below.
+// - Persistent blocks (0-6; as many as fit at once), each a contiguous range of work items (a tile
+//   of rows of one batch) balanced to within one item.
+// - Work split of 0-6 from C = k / 32 chunks a row (choose_config): chunks a lane 1 when C <= 32 or
 //   128 < C <= 256, else 2; k_warps = ceil(C / (32 * chunks a lane)) <= 8 warps share a row,
 //   their partial sums meeting in shared memory (one barrier a tile, double-buffered); 8 / k_warps
 //   row groups a block; rows a warp per tile = 4 / chunks a lane (every lane reads 4 chunks).
@@ -56,11 +58,37 @@
 //     scoreboard 1.6, barrier 1.0, ALU throttle 0.9 cycles an instruction); the u8 x s8 kernel
 //     2.8 at 45% (3.7 warps a scheduler). A bare streaming read of A reaches 4.2-4.5 TB/s
 //     (scripts/probe_nvfp4.py), so the gap to it is issue latency, not bytes.
+//   7-9, whole rows (nvfp4_gemv_rows.cuh), from that diagnosis: the kernels above spend ~3.3
+//     instructions a value, ~1.4 of them decoding and the rest on copy addresses (general scale
+//     layouts, 64-bit arithmetic, ~1.1 a value in the ring's copy loop), ring reads and a
+//     cross-warp reduction with a barrier every tile. Here a warp owns whole rows: groups of
+//     kRows consecutive rows (aligned to kRows, so a group's scales are r32 bytes apart in both
+//     layouts), swept along k alone, or with 2-8 warps each a slice of k when a warp would
+//     otherwise get fewer than 2 groups (the slices meet once, at the end, in shared memory). b
+//     is decoded once per block into shared memory (int8 2b, dp4a start, sfb / 4 and -magic sfb
+//     / 4: 56 bytes a chunk, lane-contiguous, so k <= 65536), read with 4 conflict-free loads a
+//     chunk and shared by the group's rows. A and the scale pairs go through a register ring of
+//     3-6 steps (16-byte ld.global.nc, predicated), addresses advanced from the group's first
+//     row; the vector's first chunks are requested before A so that they are not queued behind
+//     it. SASS: ~2.3 instructions a value (4 rows a group), 1.5 of them the decode.
+//     2026-11-23, benchmark (graph replays), best of 7-9 per shape: H200 20.9 / 34.2 / 12.6 us
+//     (76 / 93 / 63% of the speed of light) against 22.7 / 40.9 / 12.9 for the best of 0-6; H100
+//     25.7 / 45.4 / 14.9 us (87 / 98 / 75%) against 27.3 / 51.0 / 14.6; ncu (H200): 0.5 instructions
+//     issued a cycle a scheduler at 3.8 warps, stalls long scoreboard 1.8, wait 1.1, barrier 0.85
+//     (cycles an instruction). Tried and dropped: an L2 bulk prefetch ahead of the ring (ptxas
+//     serialises per-lane addresses of cp.async.bulk.prefetch into a loop: 53-61%), two dp4a
+//     chains a block instead of one (no change), 4 chunks a row a step (46% on k = 2048), 3
+//     blocks an SM at <= 80 registers (1 row, 2-3 step rings: 1-5% slower). Every variant lands
+//     at ~21 us on 7168x16384x1 whatever its instruction count (2.3-3.3 a value), so what
+//     remains is not issue alone: at 4x the rows of 7168x2048x4 the kernel streams at the copy
+//     bandwidth, with ~5 us fixed against ~1.5 us for a bare read (start, drain, and the last
+//     group of 4 rows, which a warp gets or not: 3.4 a warp there).
 // - The choice (nvfp4_gemv_tuner.cuh): the first call of a (device, m, k, l, scale layout) key
 //   times every variant that applies on the caller's inputs (CUDA events, the L2 flushed by a
-//   read of twice its size before each call, up to 7 interleaved rounds, the median deciding;
-//   ~20 ms) and remembers the winner; later calls cost a map lookup. Deterministic thereafter.
-//   A first call inside CUDA graph capture cannot synchronize: it runs variant 1 (else 0)
+//   read of twice its size before each burst of 4 calls, up to 7 interleaved rounds, the median
+//   deciding; ~20 ms) and remembers the winner; later calls cost a map lookup. Deterministic
+//   thereafter.
+//   A first call inside CUDA graph capture cannot synchronize: it runs variant 7 (else 0)
 //   untimed. KERNELARENA_NVFP4_GEMV_VARIANT=i forces variant i where it applies; ``run_variant``
 //   runs one explicitly (tests), ``chosen_variant`` reports the choice (benchmark).
 // - Output: a transposed butterfly (kRows - 1 + 5 - log2 kRows shuffles for kRows rows).
@@ -246,10 +274,12 @@ bool launch(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView
 
   const bool ring_ok = config.passes == 1 && groups_aligned(sfa, sfa_strides);
   const bool bulk_ok = ring_ok && !permuted && bulk_rows_aligned(sfa, sfa_strides, k_scales);
+  const bool rows_ok = chunks <= kRowsMaxChunks;
   std::vector<int> candidates;
   for (int v = 0; v < kVariantCount; ++v) {
     const Kind kind = kVariants[v].kind;
-    if (kind == Kind::kRegisters || (kind == Kind::kRing && ring_ok) || (kind == Kind::kBulk && bulk_ok)) {
+    if (kind == Kind::kRegisters || (kind == Kind::kRing && ring_ok) || (kind == Kind::kBulk && bulk_ok) ||
+        (kind == Kind::kRows && rows_ok)) {
       candidates.push_back(v);
     }
   }
@@ -301,7 +331,7 @@ bool run_variant(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::Tenso
 
 int64_t variant_count() { return nvfp4_gemv::kVariantCount; }
 
-// "registers", "ring" or "bulk": which inputs a variant applies to (see kVariants).
+// "registers", "ring", "bulk" or "rows": which inputs a variant applies to (see kVariants).
 tvm::ffi::String variant_kind(int64_t variant) {
   TVM_FFI_ICHECK(variant >= 0 && variant < nvfp4_gemv::kVariantCount) << "nvfp4_gemv: no variant " << variant;
   switch (nvfp4_gemv::kVariants[variant].kind) {
@@ -309,6 +339,8 @@ tvm::ffi::String variant_kind(int64_t variant) {
       return tvm::ffi::String("registers");
     case nvfp4_gemv::Kind::kRing:
       return tvm::ffi::String("ring");
+    case nvfp4_gemv::Kind::kRows:
+      return tvm::ffi::String("rows");
     default:
       return tvm::ffi::String("bulk");
   }

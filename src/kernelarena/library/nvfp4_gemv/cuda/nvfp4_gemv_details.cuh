@@ -57,7 +57,18 @@ struct Params {
   int32_t chunks;           // k / 32
   int32_t k_warps;          // warps sharing a row (split over k), reduced through shared memory
   int32_t passes;           // sweeps over k when a row exceeds k_warps * 32 * chunks per lane
+  // The whole-row kernel (nvfp4_gemv_rows.cuh) only:
+  int32_t k_slices;          // warps sharing a row, each a slice of k
+  int32_t slice_chunks;      // chunks a slice, a multiple of 32
+  int32_t blocks_per_batch;  // each block a range of one batch's row groups
+  int32_t rows_cap;          // rows a block at most (its partial sums' stride)
 };
+
+// Always 0 ((threadIdx + 1) * m < 2^39), but ptxas cannot tell: the low PRMT table words then stay
+// in two registers instead of being copied from a constant before every PRMT.
+__device__ __forceinline__ uint32_t opaque_zero(const Params& p) {
+  return static_cast<uint32_t>((static_cast<uint64_t>(threadIdx.x + 1) * p.m) >> 50);
+}
 
 __device__ __forceinline__ uint32_t prmt(uint32_t low, uint32_t high, uint32_t selector) {
   uint32_t out;

@@ -12,12 +12,6 @@ __device__ __forceinline__ int64_t first_item(const Params& p, unsigned block) {
   return p.items * block / gridDim.x;
 }
 
-// Always 0 ((threadIdx + 1) * m < 2^39), but ptxas cannot tell: the low PRMT table words then stay
-// in two registers instead of being copied from a constant before every PRMT.
-__device__ __forceinline__ uint32_t opaque_zero(const Params& p) {
-  return static_cast<uint32_t>((static_cast<uint64_t>(threadIdx.x + 1) * p.m) >> 50);
-}
-
 // Registers: 16-byte loads of the next tile into a second register buffer before the current one
 // is decoded (ping-pong). In flight per thread: one tile (kRows x kChunks chunks, 64 bytes).
 // Rows longer than one sweep (passes > 1) are only handled here, without prefetch.

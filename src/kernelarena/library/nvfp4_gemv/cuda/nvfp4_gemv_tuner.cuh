@@ -16,22 +16,27 @@
 #include <vector>
 
 #include "nvfp4_gemv_kernels.cuh"
+#include "nvfp4_gemv_rows.cuh"
 
 namespace nvfp4_gemv {
 namespace {
 
-enum class Kind { kRegisters, kRing, kBulk };
+enum class Kind { kRegisters, kRing, kBulk, kRows };
 
 struct VariantSpec {
   Kind kind;
-  int stages;      // depth of the cp.async ring or of the bulk-copy stages; 0 for the register kernel
+  int stages;      // depth of the cp.async ring, of the bulk-copy stages or of the whole-row kernel's
+                   // register ring; 0 for the register kernel
   int min_blocks;  // __launch_bounds__ blocks per SM: <= 65536 / (threads * min_blocks) registers
   const char* name;
+  int rows = 0;    // whole-row kernel: rows a group
+  int chunks = 1;  // whole-row kernel: chunks a lane and row in a step
 };
 
 // Short on purpose (each is timed on the first call of a shape). The register kernel is first:
 // it handles every input; the ring kernels need one pass over k and 4-byte aligned scale groups;
-// the bulk kernels also the plain scale layout with 16-byte aligned scale rows (k % 256 == 0).
+// the bulk kernels also the plain scale layout with 16-byte aligned scale rows (k % 256 == 0); the
+// whole-row kernels k <= 65536 (kRowsMaxChunks).
 constexpr VariantSpec kVariants[] = {
     {Kind::kRegisters, 0, 2, "registers: 16-byte loads double-buffered in registers, 2 blocks/SM"},
     {Kind::kRing, 4, 2, "cp.async ring: 4 stages, 2 blocks/SM"},
@@ -40,9 +45,14 @@ constexpr VariantSpec kVariants[] = {
     {Kind::kBulk, 4, 2, "bulk copies: 4 stages, 2 blocks/SM"},
     {Kind::kBulk, 6, 2, "bulk copies: 6 stages, 2 blocks/SM"},
     {Kind::kBulk, 8, 1, "bulk copies: 8 stages, 1 block/SM"},
+    {Kind::kRows, 3, 2, "whole rows: groups of 4 rows, 3-step register ring, 2 blocks/SM", 4},
+    {Kind::kRows, 6, 2, "whole rows: groups of 2 rows, 6-step register ring, 2 blocks/SM", 2},
+    {Kind::kRows, 6, 2, "whole rows: 1 row x 2 chunks a step, 6-step register ring, 2 blocks/SM", 1, 2},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kDefaultAsyncVariant = 1;  // used without timing while a stream is being captured
+// The whole-row kernels keep the decoded vector in shared memory, 56 bytes a chunk: k <= 65536.
+constexpr int64_t kRowsMaxChunks = 2048;
+constexpr int kDefaultVariant = 7;  // whole rows, 4 a group: used untimed while a stream is being captured
 
 using Kernel = void (*)(Params);
 
@@ -63,6 +73,15 @@ Kernel kernel_for(int variant) {
       return gemv_bulk_kernel<kChunks, kVariants[5].stages, kVariants[5].min_blocks>;
     case 6:
       return gemv_bulk_kernel<kChunks, kVariants[6].stages, kVariants[6].min_blocks>;
+    case 7:
+      return gemv_rows_kernel<kVariants[7].rows, kVariants[7].chunks, kVariants[7].stages,
+                              kVariants[7].min_blocks>;
+    case 8:
+      return gemv_rows_kernel<kVariants[8].rows, kVariants[8].chunks, kVariants[8].stages,
+                              kVariants[8].min_blocks>;
+    case 9:
+      return gemv_rows_kernel<kVariants[9].rows, kVariants[9].chunks, kVariants[9].stages,
+                              kVariants[9].min_blocks>;
     default:
       return nullptr;
   }
@@ -120,10 +139,60 @@ int resident_blocks(const void* kernel, int device, int threads, size_t shared_b
   return blocks;
 }
 
+int shared_optin(int device) {
+  int bytes = 0;
+  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return bytes;
+}
+
+// The whole-row kernel's split of a call (nvfp4_gemv_rows.cuh): blocks_per_batch blocks a batch, so
+// that about min_blocks blocks an SM are busy, each a range of the batch's groups of ``rows`` rows;
+// k_slices warps a row (a power of 2 <= 8) while a warp would otherwise get fewer than 2 groups
+// (its last loads would then weigh too much).
+Params rows_split(const VariantSpec& spec, Params p, int64_t l, int device) {
+  const int64_t groups = (int64_t(p.m) + spec.rows - 1) / spec.rows, chunks = p.chunks;
+  constexpr int64_t kWarps = kMaxWarps, kGroupsCap = 128;
+  const int64_t nominal = int64_t(spec.min_blocks) * multiprocessors(device);
+  int64_t per_batch = std::clamp<int64_t>(nominal / l, 1, groups);
+  int64_t slices = 1;
+  const int64_t step_chunks = 32 * int64_t(spec.chunks);
+  const auto slice_chunks = [&](int64_t s) {  // rounded up to whole steps
+    return ((chunks + s - 1) / s + step_chunks - 1) / step_chunks * step_chunks;
+  };
+  while (slices < kWarps && (groups / per_batch) * slices < 2 * kWarps &&
+         (2 * slices - 1) * slice_chunks(2 * slices) < chunks) {
+    slices *= 2;
+  }
+  if (slices > 1) per_batch = std::max(per_batch, (groups + kGroupsCap - 1) / kGroupsCap);
+  p.k_slices = static_cast<int32_t>(slices);
+  p.slice_chunks = static_cast<int32_t>(slice_chunks(slices));
+  p.blocks_per_batch = static_cast<int32_t>(per_batch);
+  p.rows_cap = static_cast<int32_t>((groups + per_batch - 1) / per_batch * spec.rows);
+  return p;
+}
+
+bool launch_rows(int variant, const Params& params, int device, cudaStream_t stream) {
+  const VariantSpec& spec = kVariants[variant];
+  const int64_t l = params.items / params.tiles_per_batch;  // items: tiles_per_batch a batch
+  const Params p = rows_split(spec, params, l, device);
+  const Kernel kernel = kernel_for<1>(variant);
+  const size_t shared = rows_shared_bytes(uint32_t(p.k_slices) * p.slice_chunks, p.k_slices, p.rows_cap);
+  const int optin = shared_optin(device);
+  if (shared > size_t(optin) ||
+      resident_blocks(reinterpret_cast<const void*>(kernel), device, kMaxThreads, shared, optin) == 0) {
+    return false;
+  }
+  const int64_t grid = int64_t(p.blocks_per_batch) * l;
+  void* arguments[] = {const_cast<Params*>(&p)};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(grid)),
+                          dim3(kMaxThreads), arguments, shared, stream) == cudaSuccess;
+}
+
 // Launches a variant, persistent: as many blocks as fit at once, at most one per item. False
 // (nothing launched) when no block fits or the launch is refused.
 bool launch_variant(int variant, const Params& params, const Config& config, int device, cudaStream_t stream) {
   const VariantSpec& spec = kVariants[variant];
+  if (spec.kind == Kind::kRows) return launch_rows(variant, params, device, stream);
   const int decoders = 32 * config.k_warps * config.groups;
   const int threads = decoders + (spec.kind == Kind::kBulk ? 32 : 0);  // + the bulk producer warp
   const Kernel kernel = config.chunks_per_lane == 1 ? kernel_for<1>(variant) : kernel_for<2>(variant);
@@ -176,12 +245,23 @@ int forced_variant() {
 // Times every candidate on the caller's stream and inputs (the output is overwritten, the inputs
 // only read): one warm-up call each, then up to 7 rounds, each candidate once a round after an
 // L2 flush, candidates interleaved so that clock or temperature drift favours none; the median
-// decides. Rounds fit in ~20 ms; the winner runs last, so ``c`` holds its result. Returns the
-// winner, or -1 when nothing could be timed.
-int tune(const std::vector<int>& candidates, const std::function<bool(int)>& launch, int device,
-         cudaStream_t stream) {
+// decides. Where A and sfa (``streamed_bytes``) exceed the L2, a sample is a burst of 4
+// back-to-back calls, which still stream from HBM: on an H100 a lone call after a flush ranked the
+// cp.async ring first on 7168x16384x1 and 4096x7168x8, where CUDA graph replays of the library's
+// calls (the benchmark, a model) found the whole-row kernel 6-10% faster, and bursts of 4 agreed
+// with the replays; on 7168x2048x4 (33 MB) the later calls of a burst would find A in the L2, so
+// a sample there is one call (2026-11-23; KERNELARENA_NVFP4_GEMV_TUNE_BURST=1..8 overrides).
+// Rounds fit in ~20 ms; the winner runs last, so ``c`` holds its result. Returns the winner, or -1
+// when nothing could be timed.
+int tune(const std::vector<int>& candidates, const std::function<bool(int)>& launch, int64_t streamed_bytes,
+         int device, cudaStream_t stream) {
   int l2_bytes = 0;
   cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
+  static const int forced_burst = [] {
+    const char* text = std::getenv("KERNELARENA_NVFP4_GEMV_TUNE_BURST");
+    return text != nullptr && std::atoi(text) > 0 ? std::min(std::atoi(text), 8) : 0;
+  }();
+  const int burst = forced_burst > 0 ? forced_burst : streamed_bytes > l2_bytes ? 4 : 1;
   const int64_t flush_vectors = std::max<int64_t>(int64_t(2) * l2_bytes, int64_t(64) << 20) / 16;
   uint4* scratch = nullptr;
   if (cudaMalloc(&scratch, flush_vectors * 16) != cudaSuccess) {
@@ -209,7 +289,8 @@ int tune(const std::vector<int>& candidates, const std::function<bool(int)>& lau
         read_through_kernel<<<flush_blocks, 256, 0, stream>>>(scratch, flush_vectors, scratch, 0x9E3779B9u);
       }
       cudaEventRecord(begin[i], stream);
-      const bool launched = launch(alive[i]);
+      bool launched = true;
+      for (int call = 0; call < burst; ++call) launched = launch(alive[i]) && launched;
       cudaEventRecord(end[i], stream);
       if (!launched) samples[i].push_back(1e30f);
     }
@@ -218,7 +299,7 @@ int tune(const std::vector<int>& candidates, const std::function<bool(int)>& lau
     for (size_t i = 0; i < alive.size(); ++i) {
       float ms = 1e30f;
       if (cudaEventElapsedTime(&ms, begin[i], end[i]) != cudaSuccess) ms = 1e30f;
-      if (samples[i].size() <= static_cast<size_t>(round)) samples[i].push_back(ms);
+      if (samples[i].size() <= static_cast<size_t>(round)) samples[i].push_back(ms / burst);
       round_ms += std::min(double(ms), 1e3) + flush_ms;
     }
     if (round == 0) rounds = std::clamp(static_cast<int>(20.0 / std::max(round_ms, 1e-3)), 1, 7) | 1;
@@ -254,8 +335,8 @@ std::pair<int, bool> choose_variant(const ChoiceKey& key, const std::vector<int>
   std::lock_guard<std::mutex> lock(choice_mutex());
   const auto found = choices().find(key);
   if (found != choices().end()) return {found->second, false};
-  const bool has_default = std::find(candidates.begin(), candidates.end(), kDefaultAsyncVariant) != candidates.end();
-  const int fallback = has_default ? kDefaultAsyncVariant : candidates.front();
+  const bool has_default = std::find(candidates.begin(), candidates.end(), kDefaultVariant) != candidates.end();
+  const int fallback = has_default ? kDefaultVariant : candidates.front();
   if (candidates.size() == 1) {
     choices()[key] = fallback;
     return {fallback, false};
@@ -266,7 +347,8 @@ std::pair<int, bool> choose_variant(const ChoiceKey& key, const std::vector<int>
     capture = cudaStreamCaptureStatusActive;
   }
   if (capture != cudaStreamCaptureStatusNone) return {fallback, false};
-  const int best = tune(candidates, launch, device, stream);
+  const int64_t streamed_bytes = key[1] * key[2] * key[3] / 8 * 9;  // m * k/2 * l of A, + 1/8 for sfa
+  const int best = tune(candidates, launch, streamed_bytes, device, stream);
   if (best < 0) return {fallback, false};
   choices()[key] = best;
   return {best, true};
