@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kernelarena.data import TraceHashes
 from kernelarena.library import SHIPPED_TRACES, load_library
 
 
@@ -25,16 +26,12 @@ def test_every_shipped_trace_matches_todays_definitions_solutions_and_workloads(
         definition = library.definitions[definition_name]
         for trace in traces:
             checked += 1
-            hashes = trace.hashes
             solution = library.solutions.get(trace.solution)
             workload = workloads.get(trace.workload.uuid)
             current = (
-                hashes is not None
-                and solution is not None
+                solution is not None
                 and workload is not None
-                and hashes.definition == definition.content_hash()
-                and hashes.solution == solution.content_hash()
-                and hashes.workload == workload.content_hash()
+                and trace.hashes == TraceHashes.of(definition, solution, workload)
             )
             if not current:
                 stale[f"{definition_name} / {trace.solution}"] += 1

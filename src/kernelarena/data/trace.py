@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
 
 from kernelarena.data._base import NonEmptyString, Schema
 from kernelarena.data.workload import Workload
+
+if TYPE_CHECKING:
+    from kernelarena.data.definition import Definition
+    from kernelarena.data.solution import Solution
 
 
 class Status(str, Enum):
@@ -91,6 +95,15 @@ class TraceHashes(Schema):
     definition: str
     workload: str
     solution: str | None = None
+
+    @classmethod
+    def of(cls, definition: Definition, solution: Solution, workload: Workload) -> TraceHashes:
+        """Today's content hashes: a trace describes today's code only while its own equal these."""
+        return cls(
+            definition=definition.content_hash(),
+            solution=solution.content_hash(),
+            workload=workload.content_hash(),
+        )
 
 
 class Trace(Schema):

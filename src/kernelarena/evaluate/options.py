@@ -60,9 +60,5 @@ def make_trace(
         workload=workload,
         solution=solution.name,
         evaluation=evaluation,
-        hashes=TraceHashes(
-            definition=definition.content_hash(),
-            solution=solution.content_hash(),
-            workload=workload.content_hash(),
-        ),
+        hashes=TraceHashes.of(definition, solution, workload),
     )

@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kernelarena.data import Definition, Language, Solution, Status, Trace, TraceSet, Workload
+from kernelarena.data import (
+    Definition,
+    Language,
+    Solution,
+    Status,
+    Trace,
+    TraceHashes,
+    TraceSet,
+    Workload,
+)
 from kernelarena.evaluate.jobs import Job, JobResult
 from kernelarena.evaluate.options import Options
 
@@ -133,11 +142,7 @@ def completed(
         job = wanted.get((trace.definition, trace.solution, trace.workload.uuid))
         if job is None or trace.evaluation.environment.hardware not in hardware:
             continue
-        if (
-            trace.hashes.definition == job.definition.content_hash()
-            and trace.hashes.solution == job.solution.content_hash()
-            and trace.hashes.workload == job.workload.content_hash()
-        ):
+        if trace.hashes == TraceHashes.of(job.definition, job.solution, job.workload):
             done.add(job.key)
     return done
 
