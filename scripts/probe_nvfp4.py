@@ -4,7 +4,13 @@ beside a bare streaming-read kernel over the same bytes (the memory side's ceili
 traffic), so that a variant's gap splits into memory and decode. Run under ncu with ``--calls``
 to profile: ``ncu -k regex:gemv_ python scripts/probe_nvfp4.py --calls 2 --no-time``.
 
+Experiments in the same run: ``--patterns`` times the whole-row kernel's loads alone (no decode);
+``--patch NAME`` rebuilds the solution with one of PATCHES (a text replacement: a step left out, a
+ring depth changed) and times each variant of it beside the unpatched one; ``--baseline DIR`` does
+the same for another copy of the sources (e.g. an earlier commit's, from ``git show``).
+
     python scripts/probe_nvfp4.py [--shape M,K,L ...] [--variants 0,2,7] [--calls N] [--no-time]
+        [--patterns] [--patch NAME ...] [--baseline DIR]
 """
 
 # ruff: noqa: B023  (the lambdas are called before the loop moves on)
@@ -52,6 +58,93 @@ __global__ void read_kernel(const uint4* data, int64_t count, uint32_t* sink) {
   if (mixed == 0x9E3779B9u) sink[0] = mixed;
 }
 
+// The whole-row kernel's memory traffic alone (no decode): A as rows of row_bytes, warps sharing
+// out units (one step of a group of kRows rows, kChunks 16-byte chunks a lane and row, 512 bytes
+// apart) to within one unit, loaded through a 3-step register ring. Scales (sfa, rows of
+// row_bytes / 8): mode 0 none; 1 two bytes a lane, row and chunk (as the kernel does); 2 sixteen
+// bytes a lane and row every 8 chunks (the same bytes in 512-byte pieces).
+template <int kRows, int kChunks, int kDepth>
+__global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const uint8_t* sfa, uint32_t rows,
+                                                         uint32_t row_bytes, int mode, uint32_t* sink) {
+  const uint32_t steps = row_bytes / (512 * kChunks), groups = rows / kRows;
+  const uint32_t warps = gridDim.x * (blockDim.x / 32), warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const uint32_t lane = threadIdx.x & 31;
+  const uint64_t total = uint64_t(groups) * steps;
+  const uint64_t lo = total * warp / warps, hi = total * (warp + 1) / warps;
+  uint32_t mixed = 0;
+  uint4 ring[kDepth][kRows][kChunks];
+  uint4 scales[kDepth][kRows];
+  auto load = [&](int d, uint64_t unit) {
+    const uint64_t group = unit / steps, step = unit % steps;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint64_t row = group * kRows + r;
+      const uint8_t* at = a + row * row_bytes + step * 512 * kChunks + lane * 16;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(ring[d][r][c].x), "=r"(ring[d][r][c].y), "=r"(ring[d][r][c].z), "=r"(ring[d][r][c].w)
+                     : "l"(at + c * 512));
+      }
+      const uint8_t* s_row = sfa + row * (row_bytes / 8);
+      scales[d][r] = make_uint4(0, 0, 0, 0);
+      if (mode == 1) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          uint32_t v;
+          asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(s_row + (step * kChunks + c) * 64 + lane * 2));
+          scales[d][r].x ^= v;
+        }
+      } else if (mode == 2 && (step * kChunks) % 8 == 0) {
+        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(scales[d][r].x), "=r"(scales[d][r].y), "=r"(scales[d][r].z), "=r"(scales[d][r].w)
+                     : "l"(s_row + step * kChunks * 64 + lane * 16));
+      }
+    }
+  };
+  auto use = [&](int d) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) mixed ^= ring[d][r][c].x ^ ring[d][r][c].y ^ ring[d][r][c].z ^ ring[d][r][c].w;
+      mixed ^= scales[d][r].x ^ scales[d][r].y ^ scales[d][r].z ^ scales[d][r].w;
+    }
+  };
+  uint64_t unit = lo;
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d) {
+    if (unit + d < hi) load(d, unit + d);
+  }
+  for (; unit < hi; unit += kDepth) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (unit + d < hi) {
+        use(d);
+        if (unit + d + kDepth < hi) load(d, unit + d + kDepth);
+      }
+    }
+  }
+  if (mixed == 0x9E3779B9u) sink[0] = mixed;
+}
+
+void read_pattern(tvm::ffi::TensorView a, tvm::ffi::TensorView sfa, int64_t rows, int64_t row_bytes, int64_t kind,
+                  int64_t mode, tvm::ffi::TensorView sink, int64_t blocks, int64_t shared_bytes) {
+  auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(a.device().device_type, a.device().device_id));
+  const auto* a_ptr = static_cast<const uint8_t*>(a.data_ptr());
+  const auto* s_ptr = static_cast<const uint8_t*>(sfa.data_ptr());
+  auto* out = static_cast<uint32_t*>(sink.data_ptr());
+  // shared_bytes > 0: that much dynamic shared memory a block (unused), the carveout at its maximum,
+  // as the whole-row kernel asks for
+  auto kernel = kind == 0 ? pattern_kernel<4, 1, 3>
+                : kind == 1 ? pattern_kernel<1, 4, 3>
+                : kind == 2 ? pattern_kernel<4, 1, 2>
+                            : pattern_kernel<2, 1, 6>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes));
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                       shared_bytes > 0 ? int(cudaSharedmemCarveoutMaxShared) : int(cudaSharedmemCarveoutDefault));
+  kernel<<<blocks, 256, shared_bytes, stream>>>(a_ptr, s_ptr, rows, row_bytes, int(mode), out);
+}
+
 void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blocks) {
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(data.device().device_type, data.device().device_id));
   const int64_t count = data.size(0) / 16;
@@ -59,6 +152,115 @@ void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blo
                                           static_cast<uint32_t*>(sink.data_ptr()));
 }
 """
+
+
+# Experiments on the whole-row kernel (--patch NAME): its sources rebuilt with a text replacement,
+# timed beside the library's build (results unchecked: they are wrong on purpose).
+ROWS_SOURCE = "nvfp4_gemv_rows.cuh"
+TUNER_SOURCE = "nvfp4_gemv_tuner.cuh"
+_V7_SPEC = '{Kind::kRows, 2, 2, "whole rows: groups of 4 rows, 2-step register ring'
+_V8_SPEC = '{Kind::kRows, 4, 2, "whole rows: groups of 2 rows, 4-step register ring'
+_V9_SPEC = '{Kind::kRows, 6, 2, "whole rows: 1 row x 2 chunks a step'
+_CARVEOUT_MAX_SHARED = (
+    "cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, "
+    "cudaSharedmemCarveoutMaxShared);"
+)
+_DOT_LINES = (
+    "int first = dot8(a.x, low.x, low.y, static_cast<int>(blocks.x), positive, negative);",
+    "first = dot8(a.y, low.z, low.w, first, positive, negative);",
+    "int second = dot8(a.z, high.x, high.y, static_cast<int>(blocks.y), positive, negative);",
+    "second = dot8(a.w, high.z, high.w, second, positive, negative);",
+)
+PATCHES: dict[str, list[tuple[str, str, str]]] = {
+    # the vector not decoded (shared memory left as it is), the block barrier kept
+    "no_vector": [
+        (
+            ROWS_SOURCE,
+            "decode_vector_to_shared(p, batch, padded_chunks, first_vector_chunk, positive, negative, vector);",
+            "",
+        )
+    ],
+    # neither the vector nor the barrier before the main loop
+    "no_vector_no_barrier": [
+        (
+            ROWS_SOURCE,
+            "decode_vector_to_shared(p, batch, padded_chunks, first_vector_chunk, positive, negative, vector);\n"
+            "  __syncthreads();",
+            "",
+        )
+    ],
+    # the dot products replaced by an XOR of the words (loads, vector reads and scales kept)
+    "no_dot": [
+        (ROWS_SOURCE, _DOT_LINES[0], "int first = static_cast<int>(a.x ^ a.y ^ low.x ^ blocks.x);"),
+        (ROWS_SOURCE, _DOT_LINES[1], ""),
+        (
+            ROWS_SOURCE,
+            _DOT_LINES[2],
+            "int second = static_cast<int>(a.z ^ a.w ^ high.x ^ blocks.y);",
+        ),
+        (ROWS_SOURCE, _DOT_LINES[3], ""),
+    ],
+    # the whole-row variants' register rings at other depths (and blocks an SM): v7 4 rows, v8 2 rows,
+    # v9 1 row x 2 chunks a step
+    **{
+        f"v{variant}_ring_{depth}{'_3blocks' if blocks == 3 else ''}": [
+            (TUNER_SOURCE, spec, spec.replace(old, f"kRows, {depth}, {blocks}"))
+        ]
+        for variant, spec, old in (
+            (7, _V7_SPEC, "kRows, 2, 2"),
+            (8, _V8_SPEC, "kRows, 4, 2"),
+            (9, _V9_SPEC, "kRows, 6, 2"),
+        )
+        for depth in (2, 3, 4, 6)
+        for blocks in (2, 3)
+    },
+    # the shared-memory carveout at what 2 blocks need (L1 gets the rest) instead of the maximum
+    "carveout_fit": [
+        (
+            TUNER_SOURCE,
+            _CARVEOUT_MAX_SHARED,
+            "cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, "
+            "static_cast<int>(std::min<size_t>(100, (2 * (shared_bytes + 1024) * 100 + 233471) / 233472)));",
+        )
+    ],
+    # the carveout preference at the most L1 (the driver still grants what the launch needs)
+    "carveout_l1": [
+        (
+            TUNER_SOURCE,
+            _CARVEOUT_MAX_SHARED,
+            "cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, "
+            "cudaSharedmemCarveoutMaxL1);",
+        )
+    ],
+}
+
+
+def build_patched(name: str, solution_dir: Path) -> object:
+    """The CUDA solution's sources (from ``solution_dir``) with PATCHES[name] applied, if any,
+    compiled and loaded."""
+    import tempfile
+
+    import tvm_ffi.cpp
+
+    from kernelarena.build.cuda import CUDA_FLAGS
+
+    folder = Path(tempfile.mkdtemp(prefix=f"probe_{name}_"))
+    for source in solution_dir.iterdir():
+        text = source.read_text()
+        for file_name, old, new in PATCHES.get(name, []):
+            if file_name != source.name:
+                continue
+            if old not in text:
+                raise SystemExit(f"--patch {name}: {old[:60]!r} not found in {file_name}")
+            text = text.replace(old, new)
+        (folder / source.name).write_text(text)
+    return tvm_ffi.cpp.load(
+        f"probe_{name}",
+        cuda_files=[str(folder / "nvfp4_gemv.cu")],
+        extra_cuda_cflags=list(CUDA_FLAGS),
+        extra_include_paths=[str(folder)],
+        build_directory=str(folder),
+    )
 
 
 def graph_time_us(calls: list, device: torch.device) -> float:
@@ -74,10 +276,30 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=0, help="plain calls per variant (for ncu)")
     parser.add_argument("--no-time", action="store_true")
     parser.add_argument("--generator", default="gpumode")
+    parser.add_argument("--patch", action="append", default=[], choices=sorted(PATCHES))
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a folder of the solution's sources to time beside",
+    )
+    parser.add_argument(
+        "--patterns", action="store_true", help="also time the whole-row kernel's loads alone"
+    )
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split(",")) for s in (args.shape or ["7168,16384,1"])]
     device = torch.device("cuda")
     module = build("nvfp4_gemv", "cuda", "cuda").metadata["module"]
+    solution_dir = (
+        Path(__file__).resolve().parent.parent / "src/kernelarena/library/nvfp4_gemv/cuda"
+    )
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:  # nvcc runs outside the GIL
+        futures = {name: pool.submit(build_patched, name, solution_dir) for name in args.patch}
+        patched = {name: future.result() for name, future in futures.items()}
+    if args.baseline is not None:
+        patched["baseline"] = build_patched("baseline", args.baseline.resolve())
     variants = (
         [int(v) for v in args.variants.split(",")]
         if args.variants
@@ -95,7 +317,7 @@ def main() -> int:
         import tvm_ffi.cpp
 
         reader = tvm_ffi.cpp.load_inline(
-            "probe_read", cuda_sources=READ_SOURCE, functions=["read_only"]
+            "probe_read", cuda_sources=READ_SOURCE, functions=["read_only", "read_pattern"]
         )
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         print(f"copy ceiling {copy_gbps:.0f} GB/s (512 MB copy, read + write)")
@@ -139,6 +361,45 @@ def main() -> int:
                     f"  bare read of A ({blocks_per_sm} blocks of 512/SM): {us:7.2f} us, {gbps:6.0f} GB/s "
                     f"({gbps / copy_gbps:.0%} of copy)"
                 )
+            if args.patterns:
+                sfa_only = [d["sfa"].view(torch.uint8).reshape(-1) for d in made]
+                for kind, label in (
+                    (0, "4 rows x 512 B a step, 3 deep"),
+                    (1, "1 row x 2 KB a step, 3 deep"),
+                    (2, "4 rows x 512 B a step, 2 deep"),
+                    (3, "2 rows x 512 B a step, 6 deep"),
+                ):
+                    if k // 2 % (512 * (4 if kind == 1 else 1)):
+                        continue
+                    for mode, scales, shared in (
+                        (0, "no scales", 0),
+                        (1, "scales 2 B a lane", 0),
+                    ):
+                        us = graph_time_us(
+                            [
+                                (
+                                    lambda i=i: reader.read_pattern(
+                                        a_only[i % sets],
+                                        sfa_only[i % sets],
+                                        m * batches,
+                                        k // 2,
+                                        kind,
+                                        mode,
+                                        sink,
+                                        2 * sms,
+                                        shared,
+                                    )
+                                )
+                                for i in range(20)
+                            ],
+                            device,
+                        )
+                        moved = a_only[0].numel() + (sfa_only[0].numel() if mode else 0)
+                        gbps = moved / us / 1e3
+                        print(
+                            f"  pattern {label}, {scales}: {us:7.2f} us, {gbps:6.0f} GB/s "
+                            f"({gbps / copy_gbps:.0%} of copy)"
+                        )
         for variant in variants:
             name = str(module.variant_name(variant))
             outputs[0].fill_(float("nan"))
@@ -168,6 +429,23 @@ def main() -> int:
                 device,
             )
             print(f"  variant {variant}: {us:7.2f} us, {light_us / us:5.1%} of light  ({name})")
+            for patch, patched_module in patched.items():
+                if patch[0] == "v" and not patch.startswith(f"v{variant}_"):
+                    continue  # a variant's own patch
+                us = graph_time_us(
+                    [
+                        (
+                            lambda i=i: patched_module.run_variant(
+                                *arguments[i % sets], outputs[i % sets], variant, False
+                            )
+                        )
+                        for i in range(20)
+                    ],
+                    device,
+                )
+                print(
+                    f"    patched {patch}: {us:7.2f} us, {light_us / us:5.1%} of light (unchecked)"
+                )
     return 0
 
 
