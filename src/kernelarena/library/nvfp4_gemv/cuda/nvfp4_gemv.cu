@@ -68,7 +68,7 @@
 //     is decoded once per block into shared memory (int8 2b, dp4a start, sfb / 4 and -magic sfb
 //     / 4: 56 bytes a chunk, lane-contiguous, so k <= 65536), read with 4 conflict-free loads a
 //     chunk and shared by the group's rows. A and the scale pairs go through a register ring of
-//     3-6 steps (16-byte ld.global.nc, predicated), addresses advanced from the group's first
+//     2-6 steps (16-byte ld.global.nc, predicated), addresses advanced from the group's first
 //     row; the vector's first chunks are requested before A so that they are not queued behind
 //     it. SASS: ~2.3 instructions a value (4 rows a group), 1.5 of them the decode.
 //     2026-11-23, benchmark (graph replays), best of 7-9 per shape: H200 20.9 / 34.2 / 12.6 us
@@ -83,6 +83,21 @@
 //     remains is not issue alone: at 4x the rows of 7168x2048x4 the kernel streams at the copy
 //     bandwidth, with ~5 us fixed against ~1.5 us for a bare read (start, drain, and the last
 //     group of 4 rows, which a warp gets or not: 3.4 a warp there).
+//     2026-11-24, H200, scripts/probe_nvfp4.py (same-run A/B of rebuilt sources, the log in
+//     benchmarks/results/logs): the same loads without the decode ("patterns": 4 rows x 512
+//     bytes a unit, 2- or 3-step ring, scales as here) take 17.2 / 32.7 / 9.9 us (91 / 97 / 80%),
+//     so the access order is not what costs; the kernel's gap to them is ~4 us on the large and
+//     the small shape, ~2 us of it the dot products (replaced by an XOR: 18.8 / 32.6 / 11.8 us)
+//     and ~0.4 us the vector's decode and barrier. Not it: the shared-memory carveout (the
+//     patterns lose nothing with 32-64 KB of shared memory a block at the maximum carveout;
+//     sizing it to the need changes nothing; preferring L1 halves the blocks), memory-level
+//     parallelism (2-step and 3-step pattern rings stream alike), per-warp balance (warps
+//     sharing a block's units to within one, split groups added in shared memory: -0.5 us on
+//     7168x16384x1, +0.7 and +0.9 us on the other two), an L2 prefetch of A 3-24 units ahead
+//     (prefetch.global.L2, one a lane: 13-36% slower). What helped: shallower rings, whose
+//     last loads leave less to decode after the memory has finished (v7 2 steps instead of 3:
+//     20.6 / 34.1 / 12.0 against 21.1 / 34.7 / 12.8 us; v8 4 instead of 6: 21.2 / 34.2 / 11.9
+//     against 21.7 / 35.4 / 12.8 us; v9 at 2-4 steps and v7 at 3 blocks an SM were slower).
 // - The choice (nvfp4_gemv_tuner.cuh): the first call of a (device, m, k, l, scale layout) key
 //   times every variant that applies on the caller's inputs (CUDA events, the L2 flushed by a
 //   read of twice its size before each burst of 4 calls, up to 7 interleaved rounds, the median

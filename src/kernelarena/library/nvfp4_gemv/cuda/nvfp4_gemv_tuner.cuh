@@ -45,8 +45,8 @@ constexpr VariantSpec kVariants[] = {
     {Kind::kBulk, 4, 2, "bulk copies: 4 stages, 2 blocks/SM"},
     {Kind::kBulk, 6, 2, "bulk copies: 6 stages, 2 blocks/SM"},
     {Kind::kBulk, 8, 1, "bulk copies: 8 stages, 1 block/SM"},
-    {Kind::kRows, 3, 2, "whole rows: groups of 4 rows, 3-step register ring, 2 blocks/SM", 4},
-    {Kind::kRows, 6, 2, "whole rows: groups of 2 rows, 6-step register ring, 2 blocks/SM", 2},
+    {Kind::kRows, 2, 2, "whole rows: groups of 4 rows, 2-step register ring, 2 blocks/SM", 4},
+    {Kind::kRows, 4, 2, "whole rows: groups of 2 rows, 4-step register ring, 2 blocks/SM", 2},
     {Kind::kRows, 6, 2, "whole rows: 1 row x 2 chunks a step, 6-step register ring, 2 blocks/SM", 1, 2},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
