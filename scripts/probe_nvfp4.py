@@ -211,7 +211,7 @@ PATCHES: dict[str, list[tuple[str, str, str]]] = {
             (8, _V8_SPEC, "kRows, 4, 2"),
             (9, _V9_SPEC, "kRows, 6, 2"),
         )
-        for depth in (2, 3, 4, 6)
+        for depth in (1, 2, 3, 4, 6)
         for blocks in (2, 3)
     },
     # the shared-memory carveout at what 2 blocks need (L1 gets the rest) instead of the maximum
