@@ -13,13 +13,16 @@ the same for another copy of the sources (e.g. an earlier commit's, from ``git s
         [--patterns] [--patch NAME ...] [--baseline DIR]
 """
 
-# ruff: noqa: B023  (the lambdas are called before the loop moves on)
+# ruff: noqa: B023  (the lambdas are captured into a graph before the loop moves on)
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -60,9 +63,8 @@ __global__ void read_kernel(const uint4* data, int64_t count, uint32_t* sink) {
 
 // The whole-row kernel's memory traffic alone (no decode): A as rows of row_bytes, warps sharing
 // out units (one step of a group of kRows rows, kChunks 16-byte chunks a lane and row, 512 bytes
-// apart) to within one unit, loaded through a 3-step register ring. Scales (sfa, rows of
-// row_bytes / 8): mode 0 none; 1 two bytes a lane, row and chunk (as the kernel does); 2 sixteen
-// bytes a lane and row every 8 chunks (the same bytes in 512-byte pieces).
+// apart) to within one unit, loaded through a kDepth-step register ring. Scales (sfa, rows of
+// row_bytes / 8): mode 0 none; 1 two bytes a lane, row and chunk (as the kernel does).
 template <int kRows, int kChunks, int kDepth>
 __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const uint8_t* sfa, uint32_t rows,
                                                          uint32_t row_bytes, int mode, uint32_t* sink) {
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
   const uint64_t lo = total * warp / warps, hi = total * (warp + 1) / warps;
   uint32_t mixed = 0;
   uint4 ring[kDepth][kRows][kChunks];
-  uint4 scales[kDepth][kRows];
+  uint32_t scales[kDepth][kRows];
   auto load = [&](int d, uint64_t unit) {
     const uint64_t group = unit / steps, step = unit % steps;
 #pragma unroll
@@ -87,18 +89,14 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
                      : "l"(at + c * 512));
       }
       const uint8_t* s_row = sfa + row * (row_bytes / 8);
-      scales[d][r] = make_uint4(0, 0, 0, 0);
+      scales[d][r] = 0;
       if (mode == 1) {
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
           uint32_t v;
           asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(s_row + (step * kChunks + c) * 64 + lane * 2));
-          scales[d][r].x ^= v;
+          scales[d][r] ^= v;
         }
-      } else if (mode == 2 && (step * kChunks) % 8 == 0) {
-        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(scales[d][r].x), "=r"(scales[d][r].y), "=r"(scales[d][r].z), "=r"(scales[d][r].w)
-                     : "l"(s_row + step * kChunks * 64 + lane * 16));
       }
     }
   };
@@ -107,7 +105,7 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) mixed ^= ring[d][r][c].x ^ ring[d][r][c].y ^ ring[d][r][c].z ^ ring[d][r][c].w;
-      mixed ^= scales[d][r].x ^ scales[d][r].y ^ scales[d][r].z ^ scales[d][r].w;
+      mixed ^= scales[d][r];
     }
   };
   uint64_t unit = lo;
@@ -128,21 +126,16 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
 }
 
 void read_pattern(tvm::ffi::TensorView a, tvm::ffi::TensorView sfa, int64_t rows, int64_t row_bytes, int64_t kind,
-                  int64_t mode, tvm::ffi::TensorView sink, int64_t blocks, int64_t shared_bytes) {
+                  int64_t mode, tvm::ffi::TensorView sink, int64_t blocks) {
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(a.device().device_type, a.device().device_id));
   const auto* a_ptr = static_cast<const uint8_t*>(a.data_ptr());
   const auto* s_ptr = static_cast<const uint8_t*>(sfa.data_ptr());
   auto* out = static_cast<uint32_t*>(sink.data_ptr());
-  // shared_bytes > 0: that much dynamic shared memory a block (unused), the carveout at its maximum,
-  // as the whole-row kernel asks for
   auto kernel = kind == 0 ? pattern_kernel<4, 1, 3>
                 : kind == 1 ? pattern_kernel<1, 4, 3>
                 : kind == 2 ? pattern_kernel<4, 1, 2>
                             : pattern_kernel<2, 1, 6>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes));
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                       shared_bytes > 0 ? int(cudaSharedmemCarveoutMaxShared) : int(cudaSharedmemCarveoutDefault));
-  kernel<<<blocks, 256, shared_bytes, stream>>>(a_ptr, s_ptr, rows, row_bytes, int(mode), out);
+  kernel<<<blocks, 256, 0, stream>>>(a_ptr, s_ptr, rows, row_bytes, int(mode), out);
 }
 
 void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blocks) {
@@ -263,9 +256,12 @@ def build_patched(name: str, solution_dir: Path) -> object:
     )
 
 
-def graph_time_us(calls: list, device: torch.device) -> float:
-    """Median us per call of one CUDA graph holding ``calls`` (no-argument callables)."""
-    timing = time_cuda_graph(lambda i: calls[i](), device, calls_per_graph=len(calls))
+GRAPH_CALLS = 20
+
+
+def graph_time_us(call: Callable[[int], object], device: torch.device) -> float:
+    """Median us per call of one CUDA graph holding call(0) .. call(GRAPH_CALLS - 1)."""
+    timing = time_cuda_graph(call, device, calls_per_graph=GRAPH_CALLS)
     return timing.median_ms * 1e3
 
 
@@ -293,13 +289,14 @@ def main() -> int:
     solution_dir = (
         Path(__file__).resolve().parent.parent / "src/kernelarena/library/nvfp4_gemv/cuda"
     )
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=8) as pool:  # nvcc runs outside the GIL
-        futures = {name: pool.submit(build_patched, name, solution_dir) for name in args.patch}
-        patched = {name: future.result() for name, future in futures.items()}
+    builds = {name: solution_dir for name in args.patch}
     if args.baseline is not None:
-        patched["baseline"] = build_patched("baseline", args.baseline.resolve())
+        builds["baseline"] = args.baseline.resolve()  # PATCHES has no entry of that name
+    with ThreadPoolExecutor(max_workers=8) as pool:  # nvcc runs outside the GIL
+        futures = {
+            name: pool.submit(build_patched, name, folder) for name, folder in builds.items()
+        }
+        patched = {name: future.result() for name, future in futures.items()}
     variants = (
         [int(v) for v in args.variants.split(",")]
         if args.variants
@@ -350,11 +347,7 @@ def main() -> int:
             # A with its scales is ~ case_bytes; the reader streams A alone, scaled to case bytes.
             for blocks_per_sm in (2, 4):
                 us = graph_time_us(
-                    [
-                        (lambda i=i: reader.read_only(a_only[i % sets], sink, blocks_per_sm * sms))
-                        for i in range(20)
-                    ],
-                    device,
+                    lambda i: reader.read_only(a_only[i % sets], sink, blocks_per_sm * sms), device
                 )
                 gbps = a_only[0].numel() / us / 1e3
                 print(
@@ -371,27 +364,18 @@ def main() -> int:
                 ):
                     if k // 2 % (512 * (4 if kind == 1 else 1)):
                         continue
-                    for mode, scales, shared in (
-                        (0, "no scales", 0),
-                        (1, "scales 2 B a lane", 0),
-                    ):
+                    for mode, scales in ((0, "no scales"), (1, "scales 2 B a lane")):
                         us = graph_time_us(
-                            [
-                                (
-                                    lambda i=i: reader.read_pattern(
-                                        a_only[i % sets],
-                                        sfa_only[i % sets],
-                                        m * batches,
-                                        k // 2,
-                                        kind,
-                                        mode,
-                                        sink,
-                                        2 * sms,
-                                        shared,
-                                    )
-                                )
-                                for i in range(20)
-                            ],
+                            lambda i: reader.read_pattern(
+                                a_only[i % sets],
+                                sfa_only[i % sets],
+                                m * batches,
+                                k // 2,
+                                kind,
+                                mode,
+                                sink,
+                                2 * sms,
+                            ),
                             device,
                         )
                         moved = a_only[0].numel() + (sfa_only[0].numel() if mode else 0)
@@ -417,32 +401,21 @@ def main() -> int:
             if args.no_time:
                 print(f"  variant {variant}: correct")
                 continue
-            us = graph_time_us(
-                [
-                    (
-                        lambda i=i: module.run_variant(
-                            *arguments[i % sets], outputs[i % sets], variant, False
-                        )
-                    )
-                    for i in range(20)
-                ],
-                device,
-            )
+
+            def variant_us(built: Any) -> float:
+                return graph_time_us(
+                    lambda i: built.run_variant(
+                        *arguments[i % sets], outputs[i % sets], variant, False
+                    ),
+                    device,
+                )
+
+            us = variant_us(module)
             print(f"  variant {variant}: {us:7.2f} us, {light_us / us:5.1%} of light  ({name})")
             for patch, patched_module in patched.items():
                 if patch[0] == "v" and not patch.startswith(f"v{variant}_"):
                     continue  # a variant's own patch
-                us = graph_time_us(
-                    [
-                        (
-                            lambda i=i: patched_module.run_variant(
-                                *arguments[i % sets], outputs[i % sets], variant, False
-                            )
-                        )
-                        for i in range(20)
-                    ],
-                    device,
-                )
+                us = variant_us(patched_module)
                 print(
                     f"    patched {patch}: {us:7.2f} us, {light_us / us:5.1%} of light (unchecked)"
                 )
