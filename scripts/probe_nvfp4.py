@@ -61,23 +61,48 @@ __global__ void read_kernel(const uint4* data, int64_t count, uint32_t* sink) {
   if (mixed == 0x9E3779B9u) sink[0] = mixed;
 }
 
-// The whole-row kernel's memory traffic alone (no decode): A as rows of row_bytes, warps sharing
-// out units (one step of a group of kRows rows, kChunks 16-byte chunks a lane and row, 512 bytes
-// apart) to within one unit, loaded through a kDepth-step register ring. Scales (sfa, rows of
-// row_bytes / 8): mode 0 none; 1 two bytes a lane, row and chunk (as the kernel does).
+// The whole-row kernel's memory traffic alone (no decode): A as rows of row_bytes, units of one
+// step of a group of kRows rows (kChunks 16-byte chunks a lane and row, 512 bytes apart), loaded
+// through a kDepth-step register ring. Scales (sfa, rows of row_bytes / 8): mode 0 none; 1 two
+// bytes a lane, row and chunk (as the kernel does). Units, numbered group-major (a group's steps
+// are consecutive), go to warps in one of three orders: 0, each warp a contiguous range (to within
+// one unit; the whole-row kernel's order); 1, round robin over all warps of the grid (warps at work
+// at once read neighbouring units); 2, blocks take tiles of whole groups round robin (at least 8
+// units a tile), the block's warps a tile's units round robin (what a kernel that sums a row
+// inside one block could do).
 template <int kRows, int kChunks, int kDepth>
 __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const uint8_t* sfa, uint32_t rows,
-                                                         uint32_t row_bytes, int mode, uint32_t* sink) {
+                                                         uint32_t row_bytes, int mode, int order, uint32_t* sink) {
   const uint32_t steps = row_bytes / (512 * kChunks), groups = rows / kRows;
-  const uint32_t warps = gridDim.x * (blockDim.x / 32), warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const uint32_t block_warps = blockDim.x / 32, warp_in_block = threadIdx.x / 32;
+  const uint32_t warps = gridDim.x * block_warps, warp = blockIdx.x * block_warps + warp_in_block;
   const uint32_t lane = threadIdx.x & 31;
-  const uint64_t total = uint64_t(groups) * steps;
-  const uint64_t lo = total * warp / warps, hi = total * (warp + 1) / warps;
+  const uint32_t total = groups * steps;
+  const uint32_t tile_groups = steps >= block_warps ? 1 : (block_warps + steps - 1) / steps;
+  const uint32_t tile_units = tile_groups * steps, tiles = total / tile_units;
+  const uint32_t per_tile = (tile_units - warp_in_block + block_warps - 1) / block_warps;
+  uint32_t count = 0, lo = 0;
+  if (order == 0) {
+    lo = uint32_t(uint64_t(total) * warp / warps);
+    count = uint32_t(uint64_t(total) * (warp + 1) / warps) - lo;
+  } else if (order == 1) {
+    count = warp < total ? (total - warp + warps - 1) / warps : 0;
+  } else {
+    const uint32_t block_tiles = blockIdx.x < tiles ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    count = block_tiles * per_tile;
+  }
+  auto unit_of = [&](uint32_t i) -> uint32_t {
+    if (order == 0) return lo + i;
+    if (order == 1) return warp + i * warps;
+    const uint32_t tile = blockIdx.x + (i / per_tile) * gridDim.x;
+    return tile * tile_units + warp_in_block + (i % per_tile) * block_warps;
+  };
   uint32_t mixed = 0;
   uint4 ring[kDepth][kRows][kChunks];
   uint32_t scales[kDepth][kRows];
-  auto load = [&](int d, uint64_t unit) {
-    const uint64_t group = unit / steps, step = unit % steps;
+  auto load = [&](int d, uint32_t i) {
+    const uint32_t unit = unit_of(i);
+    const uint32_t group = unit / steps, step = unit % steps;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const uint64_t row = group * kRows + r;
@@ -108,17 +133,17 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
       mixed ^= scales[d][r];
     }
   };
-  uint64_t unit = lo;
+  uint32_t i = 0;
 #pragma unroll
   for (int d = 0; d < kDepth; ++d) {
-    if (unit + d < hi) load(d, unit + d);
+    if (uint32_t(d) < count) load(d, d);
   }
-  for (; unit < hi; unit += kDepth) {
+  for (; i < count; i += kDepth) {
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      if (unit + d < hi) {
+      if (i + d < count) {
         use(d);
-        if (unit + d + kDepth < hi) load(d, unit + d + kDepth);
+        if (i + d + kDepth < count) load(d, i + d + kDepth);
       }
     }
   }
@@ -126,7 +151,7 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
 }
 
 void read_pattern(tvm::ffi::TensorView a, tvm::ffi::TensorView sfa, int64_t rows, int64_t row_bytes, int64_t kind,
-                  int64_t mode, tvm::ffi::TensorView sink, int64_t blocks) {
+                  int64_t mode, int64_t order, tvm::ffi::TensorView sink, int64_t blocks) {
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(a.device().device_type, a.device().device_id));
   const auto* a_ptr = static_cast<const uint8_t*>(a.data_ptr());
   const auto* s_ptr = static_cast<const uint8_t*>(sfa.data_ptr());
@@ -135,17 +160,20 @@ void read_pattern(tvm::ffi::TensorView a, tvm::ffi::TensorView sfa, int64_t rows
                 : kind == 1 ? pattern_kernel<1, 4, 3>
                 : kind == 2 ? pattern_kernel<4, 1, 2>
                             : pattern_kernel<2, 1, 6>;
-  kernel<<<blocks, 256, 0, stream>>>(a_ptr, s_ptr, rows, row_bytes, int(mode), out);
+  kernel<<<blocks, 256, 0, stream>>>(a_ptr, s_ptr, rows, row_bytes, int(mode), int(order), out);
 }
 
-void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blocks) {
+void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blocks, int64_t threads) {
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(data.device().device_type, data.device().device_id));
   const int64_t count = data.size(0) / 16;
-  read_kernel<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(data.data_ptr()), count,
+  read_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(data.data_ptr()), count,
                                           static_cast<uint32_t*>(sink.data_ptr()));
 }
 """
 
+
+# The pattern kernel's unit orders (--orders), as in its comment.
+ORDERS = {0: "warp ranges", 1: "grid round robin", 2: "block tiles round robin"}
 
 # Experiments on the whole-row kernel (--patch NAME): its sources rebuilt with a text replacement,
 # timed beside the library's build (results unchecked: they are wrong on purpose).
@@ -282,6 +310,18 @@ def main() -> int:
     parser.add_argument(
         "--patterns", action="store_true", help="also time the whole-row kernel's loads alone"
     )
+    parser.add_argument(
+        "--orders",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[0],
+        help="the patterns' unit orders (comma-separated, see ORDERS)",
+    )
+    parser.add_argument(
+        "--modes",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[0, 1],
+        help="the patterns' scale modes: 0 none, 1 two bytes a lane",
+    )
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split(",")) for s in (args.shape or ["7168,16384,1"])]
     device = torch.device("cuda")
@@ -345,14 +385,17 @@ def main() -> int:
             sink = torch.zeros(4, dtype=torch.int32, device=device)
             a_only = [d["a"].view(torch.uint8).reshape(-1) for d in made]
             # A with its scales is ~ case_bytes; the reader streams A alone, scaled to case bytes.
-            for blocks_per_sm in (2, 4):
+            for blocks_per_sm, threads in ((2, 512), (4, 512), (2, 256)):
                 us = graph_time_us(
-                    lambda i: reader.read_only(a_only[i % sets], sink, blocks_per_sm * sms), device
+                    lambda i: reader.read_only(
+                        a_only[i % sets], sink, blocks_per_sm * sms, threads
+                    ),
+                    device,
                 )
                 gbps = a_only[0].numel() / us / 1e3
                 print(
-                    f"  bare read of A ({blocks_per_sm} blocks of 512/SM): {us:7.2f} us, {gbps:6.0f} GB/s "
-                    f"({gbps / copy_gbps:.0%} of copy)"
+                    f"  bare read of A ({blocks_per_sm} blocks of {threads}/SM): {us:7.2f} us, "
+                    f"{gbps:6.0f} GB/s ({gbps / copy_gbps:.0%} of copy)"
                 )
             if args.patterns:
                 sfa_only = [d["sfa"].view(torch.uint8).reshape(-1) for d in made]
@@ -364,7 +407,9 @@ def main() -> int:
                 ):
                     if k // 2 % (512 * (4 if kind == 1 else 1)):
                         continue
-                    for mode, scales in ((0, "no scales"), (1, "scales 2 B a lane")):
+                    for order, mode in (
+                        (order, mode) for order in args.orders for mode in args.modes
+                    ):
                         us = graph_time_us(
                             lambda i: reader.read_pattern(
                                 a_only[i % sets],
@@ -373,6 +418,7 @@ def main() -> int:
                                 k // 2,
                                 kind,
                                 mode,
+                                order,
                                 sink,
                                 2 * sms,
                             ),
@@ -380,9 +426,10 @@ def main() -> int:
                         )
                         moved = a_only[0].numel() + (sfa_only[0].numel() if mode else 0)
                         gbps = moved / us / 1e3
+                        scales = "scales 2 B a lane" if mode else "no scales"
                         print(
-                            f"  pattern {label}, {scales}: {us:7.2f} us, {gbps:6.0f} GB/s "
-                            f"({gbps / copy_gbps:.0%} of copy)"
+                            f"  pattern {label}, {scales}, {ORDERS[order]}: {us:7.2f} us, "
+                            f"{gbps:6.0f} GB/s ({gbps / copy_gbps:.0%} of copy)"
                         )
         for variant in variants:
             name = str(module.variant_name(variant))

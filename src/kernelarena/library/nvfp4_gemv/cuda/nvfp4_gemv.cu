@@ -98,6 +98,17 @@
 //     last loads leave less to decode after the memory has finished (v7 2 steps instead of 3:
 //     20.6 / 34.1 / 12.0 against 21.1 / 34.7 / 12.8 us; v8 4 instead of 6: 21.2 / 34.2 / 11.9
 //     against 21.7 / 35.4 / 12.8 us; v9 at 2-4 steps and v7 at 3 blocks an SM were slower).
+//     Later that day (same log, runs 11-12): A by cp.async into 3-8 thread-private shared-memory
+//     steps instead of the register ring (scale pairs still in registers, 80-122 registers, no
+//     spills; the diff is in benchmarks/results/logs/nvfp4_shared_ring_2026-11-24.diff) took
+//     24.8-28.0 / 37.1-42.6 / 14.0-14.6 us, 12-35% slower: more in flight never helped, so
+//     the decode, not the memory, sets the pace. SASS of v7's main loop: ~300 instructions a
+//     step (128 values a lane), 176 of them the decode (the floor of this PRMT + dp4a scheme:
+//     per 8 values 1 XOR, 2 shifts, 4 PRMT, 4 dp4a; merging the two lookups by OR only moves 2
+//     dp4a to the ALU pipe), ~45 the 64-bit addresses and predicates of the 8 loads, ~30 the
+//     scales. The loads alone handed out round robin over the grid's warps (neighbouring warps
+//     read neighbouring units) stream at 98 / 106 / 85% against 95 / 100 / 83% in the whole-row
+//     order, so the access order leaves ~1-2 us on the table at most.
 // - The choice (nvfp4_gemv_tuner.cuh): the first call of a (device, m, k, l, scale layout) key
 //   times every variant that applies on the caller's inputs (CUDA events, the L2 flushed by a
 //   read of twice its size before each burst of 4 calls, up to 7 interleaved rounds, the median
