@@ -10,13 +10,14 @@ ring depth changed) and times each variant of it beside the unpatched one; ``--b
 the same for another copy of the sources (e.g. an earlier commit's, from ``git show``).
 
     python scripts/probe_nvfp4.py [--shape M,K,L ...] [--variants 0,2,7] [--calls N] [--no-time]
-        [--patterns] [--patch NAME ...] [--baseline DIR]
+        [--patterns [--orders 0,1,2] [--modes 0,1]] [--patch NAME ...] [--baseline DIR]
 """
 
 # ruff: noqa: B023  (the lambdas are captured into a graph before the loop moves on)
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 from collections.abc import Callable
@@ -69,7 +70,7 @@ __global__ void read_kernel(const uint4* data, int64_t count, uint32_t* sink) {
 // one unit; the whole-row kernel's order); 1, round robin over all warps of the grid (warps at work
 // at once read neighbouring units); 2, blocks take tiles of whole groups round robin (at least 8
 // units a tile), the block's warps a tile's units round robin (what a kernel that sums a row
-// inside one block could do).
+// inside one block could do; a last partial tile is left out).
 template <int kRows, int kChunks, int kDepth>
 __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const uint8_t* sfa, uint32_t rows,
                                                          uint32_t row_bytes, int mode, int order, uint32_t* sink) {
@@ -167,7 +168,7 @@ void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blo
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(data.device().device_type, data.device().device_id));
   const int64_t count = data.size(0) / 16;
   read_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(data.data_ptr()), count,
-                                          static_cast<uint32_t*>(sink.data_ptr()));
+                                              static_cast<uint32_t*>(sink.data_ptr()));
 }
 """
 
@@ -407,9 +408,7 @@ def main() -> int:
                 ):
                     if k // 2 % (512 * (4 if kind == 1 else 1)):
                         continue
-                    for order, mode in (
-                        (order, mode) for order in args.orders for mode in args.modes
-                    ):
+                    for order, mode in itertools.product(args.orders, args.modes):
                         us = graph_time_us(
                             lambda i: reader.read_pattern(
                                 a_only[i % sets],
