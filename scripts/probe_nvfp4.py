@@ -70,10 +70,14 @@ __global__ void read_kernel(const uint4* data, int64_t count, uint32_t* sink) {
 // one unit; the whole-row kernel's order); 1, round robin over all warps of the grid (warps at work
 // at once read neighbouring units); 2, blocks take tiles of whole groups round robin (at least 8
 // units a tile), the block's warps a tile's units round robin (what a kernel that sums a row
-// inside one block could do; a last partial tile is left out).
+// inside one block could do; a last partial tile is left out); 3, teams of ``slices`` warps take
+// whole groups round robin over the grid's teams, each warp of a team one slice of a group's
+// steps (the whole-row kernel's split, its groups strided instead of contiguous; steps must be a
+// multiple of slices).
 template <int kRows, int kChunks, int kDepth>
 __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const uint8_t* sfa, uint32_t rows,
-                                                         uint32_t row_bytes, int mode, int order, uint32_t* sink) {
+                                                         uint32_t row_bytes, int mode, int order, uint32_t slices,
+                                                         uint32_t* sink) {
   const uint32_t steps = row_bytes / (512 * kChunks), groups = rows / kRows;
   const uint32_t block_warps = blockDim.x / 32, warp_in_block = threadIdx.x / 32;
   const uint32_t warps = gridDim.x * block_warps, warp = blockIdx.x * block_warps + warp_in_block;
@@ -88,6 +92,9 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
     count = uint32_t(uint64_t(total) * (warp + 1) / warps) - lo;
   } else if (order == 1) {
     count = warp < total ? (total - warp + warps - 1) / warps : 0;
+  } else if (order == 3) {
+    const uint32_t teams = warps / slices, team = warp / slices;
+    count = team < groups ? (groups - team + teams - 1) / teams * (steps / slices) : 0;
   } else {
     const uint32_t block_tiles = blockIdx.x < tiles ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
     count = block_tiles * per_tile;
@@ -95,6 +102,11 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
   auto unit_of = [&](uint32_t i) -> uint32_t {
     if (order == 0) return lo + i;
     if (order == 1) return warp + i * warps;
+    if (order == 3) {
+      const uint32_t slice_steps = steps / slices, teams = warps / slices;
+      const uint32_t group = warp / slices + (i / slice_steps) * teams;
+      return group * steps + (warp % slices) * slice_steps + i % slice_steps;
+    }
     const uint32_t tile = blockIdx.x + (i / per_tile) * gridDim.x;
     return tile * tile_units + warp_in_block + (i % per_tile) * block_warps;
   };
@@ -152,7 +164,8 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
 }
 
 void read_pattern(tvm::ffi::TensorView a, tvm::ffi::TensorView sfa, int64_t rows, int64_t row_bytes, int64_t kind,
-                  int64_t mode, int64_t order, tvm::ffi::TensorView sink, int64_t blocks) {
+                  int64_t mode, int64_t order, int64_t slices, tvm::ffi::TensorView sink,
+                  int64_t blocks) {
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(a.device().device_type, a.device().device_id));
   const auto* a_ptr = static_cast<const uint8_t*>(a.data_ptr());
   const auto* s_ptr = static_cast<const uint8_t*>(sfa.data_ptr());
@@ -161,7 +174,8 @@ void read_pattern(tvm::ffi::TensorView a, tvm::ffi::TensorView sfa, int64_t rows
                 : kind == 1 ? pattern_kernel<1, 4, 3>
                 : kind == 2 ? pattern_kernel<4, 1, 2>
                             : pattern_kernel<2, 1, 6>;
-  kernel<<<blocks, 256, 0, stream>>>(a_ptr, s_ptr, rows, row_bytes, int(mode), int(order), out);
+  kernel<<<blocks, 256, 0, stream>>>(a_ptr, s_ptr, rows, row_bytes, int(mode), int(order),
+                                     uint32_t(slices), out);
 }
 
 void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blocks, int64_t threads) {
@@ -174,7 +188,12 @@ void read_only(tvm::ffi::TensorView data, tvm::ffi::TensorView sink, int64_t blo
 
 
 # The pattern kernel's unit orders (--orders), as in its comment.
-ORDERS = {0: "warp ranges", 1: "grid round robin", 2: "block tiles round robin"}
+ORDERS = {
+    0: "warp ranges",
+    1: "grid round robin",
+    2: "block tiles round robin",
+    3: "team groups round robin",
+}
 
 # Experiments on the whole-row kernel (--patch NAME): its sources rebuilt with a text replacement,
 # timed beside the library's build (results unchecked: they are wrong on purpose).
@@ -318,6 +337,9 @@ def main() -> int:
         help="the patterns' unit orders (comma-separated, see ORDERS)",
     )
     parser.add_argument(
+        "--slices", type=int, default=1, help="order 3: warps a team (a power of 2 <= 8)"
+    )
+    parser.add_argument(
         "--modes",
         type=lambda text: [int(x) for x in text.split(",")],
         default=[0, 1],
@@ -418,6 +440,7 @@ def main() -> int:
                                 kind,
                                 mode,
                                 order,
+                                args.slices,
                                 sink,
                                 2 * sms,
                             ),
