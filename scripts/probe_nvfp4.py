@@ -10,7 +10,7 @@ ring depth changed) and times each variant of it beside the unpatched one; ``--b
 the same for another copy of the sources (e.g. an earlier commit's, from ``git show``).
 
     python scripts/probe_nvfp4.py [--shape M,K,L ...] [--variants 0,2,7] [--calls N] [--no-time]
-        [--patterns [--orders 0,1,2] [--modes 0,1]] [--patch NAME ...] [--baseline DIR]
+        [--patterns [--orders 0,1,2,3] [--slices S] [--modes 0,1]] [--patch NAME ...] [--baseline DIR]
 """
 
 # ruff: noqa: B023  (the lambdas are captured into a graph before the loop moves on)
@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
   const uint32_t tile_groups = steps >= block_warps ? 1 : (block_warps + steps - 1) / steps;
   const uint32_t tile_units = tile_groups * steps, tiles = total / tile_units;
   const uint32_t per_tile = (tile_units - warp_in_block + block_warps - 1) / block_warps;
+  const uint32_t teams = warps / slices, team = warp / slices, slice_steps = steps / slices;
   uint32_t count = 0, lo = 0;
   if (order == 0) {
     lo = uint32_t(uint64_t(total) * warp / warps);
@@ -93,8 +94,7 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
   } else if (order == 1) {
     count = warp < total ? (total - warp + warps - 1) / warps : 0;
   } else if (order == 3) {
-    const uint32_t teams = warps / slices, team = warp / slices;
-    count = team < groups ? (groups - team + teams - 1) / teams * (steps / slices) : 0;
+    count = team < groups ? (groups - team + teams - 1) / teams * slice_steps : 0;
   } else {
     const uint32_t block_tiles = blockIdx.x < tiles ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
     count = block_tiles * per_tile;
@@ -103,8 +103,7 @@ __global__ void __launch_bounds__(256, 2) pattern_kernel(const uint8_t* a, const
     if (order == 0) return lo + i;
     if (order == 1) return warp + i * warps;
     if (order == 3) {
-      const uint32_t slice_steps = steps / slices, teams = warps / slices;
-      const uint32_t group = warp / slices + (i / slice_steps) * teams;
+      const uint32_t group = team + (i / slice_steps) * teams;
       return group * steps + (warp % slices) * slice_steps + i % slice_steps;
     }
     const uint32_t tile = blockIdx.x + (i / per_tile) * gridDim.x;
@@ -313,10 +312,17 @@ def graph_time_us(call: Callable[[int], object], device: torch.device) -> float:
     return timing.median_ms * 1e3
 
 
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of integers (an argparse type)."""
+    return [int(x) for x in text.split(",")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", action="append", default=None, help="M,K,L (repeatable)")
-    parser.add_argument("--variants", default="", help="comma-separated (default: all)")
+    parser.add_argument(
+        "--variants", type=int_list, default=[], help="comma-separated (default: all)"
+    )
     parser.add_argument("--calls", type=int, default=0, help="plain calls per variant (for ncu)")
     parser.add_argument("--no-time", action="store_true")
     parser.add_argument("--generator", default="gpumode")
@@ -332,7 +338,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--orders",
-        type=lambda text: [int(x) for x in text.split(",")],
+        type=int_list,
         default=[0],
         help="the patterns' unit orders (comma-separated, see ORDERS)",
     )
@@ -341,7 +347,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--modes",
-        type=lambda text: [int(x) for x in text.split(",")],
+        type=int_list,
         default=[0, 1],
         help="the patterns' scale modes: 0 none, 1 two bytes a lane",
     )
@@ -360,11 +366,7 @@ def main() -> int:
             name: pool.submit(build_patched, name, folder) for name, folder in builds.items()
         }
         patched = {name: future.result() for name, future in futures.items()}
-    variants = (
-        [int(v) for v in args.variants.split(",")]
-        if args.variants
-        else list(range(module.variant_count()))
-    )
+    variants = args.variants or list(range(module.variant_count()))
     definition = library_definition("nvfp4_gemv")
     ref = reference("nvfp4_gemv")
     tolerance = definition.tolerance_for("c")
