@@ -60,6 +60,9 @@ class Performance(Schema):
     achieved_gbps: float | None = None
     achieved_tflops: float | None = None
     ceiling_fraction: float | None = None
+    # Per-call wall time of an eager loop measured by the judge's clock, host launch included: what a
+    # caller outside CUDA graph capture pays. latency_ms stays the GPU time.
+    eager_call_ms: float | None = None
 
 
 class Environment(Schema):
