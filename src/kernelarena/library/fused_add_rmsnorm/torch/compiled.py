@@ -1,5 +1,7 @@
 import torch
 
+from kernelarena.library.per_shape import compile_per_shape
+
 
 def _fused_add_rmsnorm(x, residual, weight, eps):
     residual_out = (x.float() + residual.float()).to(x.dtype)
@@ -15,9 +17,11 @@ def _fused_add_rmsnorm_inplace(x, residual, weight, eps):
 
 
 # Static shapes: with dynamic shapes Inductor cannot hold a row in one persistent reduction and
-# loops over it instead, which is not the peer at its best. Each new shape compiles anew.
-_compiled = torch.compile(_fused_add_rmsnorm, dynamic=False)
-_compiled_inplace = torch.compile(_fused_add_rmsnorm_inplace, dynamic=False)
+# loops over it instead, which is not the peer at its best. One graph cache per shape and dtype
+# (kernelarena.library.per_shape): dynamo's limit of 8 graphs per function would otherwise send
+# every later shape to eager code.
+_compiled = compile_per_shape(_fused_add_rmsnorm)
+_compiled_inplace = compile_per_shape(_fused_add_rmsnorm_inplace)
 
 
 def run(x, residual, weight, eps):

@@ -1,5 +1,7 @@
 import torch
 
+from kernelarena.library.per_shape import compile_per_shape
+
 
 def _layernorm(x, weight, bias, eps):
     xf = x.float()
@@ -9,8 +11,10 @@ def _layernorm(x, weight, bias, eps):
 
 
 # Static shapes: with dynamic shapes Inductor cannot hold a row in one persistent reduction and
-# loops over it instead, which is not the peer at its best. Each new shape compiles anew.
-_layernorm_compiled = torch.compile(_layernorm, dynamic=False)
+# loops over it instead, which is not the peer at its best. One graph cache per shape and dtype
+# (kernelarena.library.per_shape): dynamo's limit of 8 graphs per function would otherwise send
+# every later shape to eager code.
+_layernorm_compiled = compile_per_shape(_layernorm)
 
 
 def run(x, weight, bias, eps):

@@ -1,36 +1,38 @@
 """torch.compile peer: F.linear then the activation, compiled by Inductor in its default mode.
 
 Inductor calls cuBLAS for the matmul and fuses the bias and the activation into one generated
-kernel over the output. ``dynamic=False`` gives every shape its own kernels, as a model compiled
-for fixed shapes would have; the compiled function returns a new tensor
+kernel over the output. ``compile_per_shape`` gives every shape its own kernels, as a model
+compiled for fixed shapes would have, and its own graph cache, so dynamo's limit of 8 graphs per
+function never sends a shape to eager code; the compiled function returns a new tensor
 (destination_passing_style=False), which is how compiled code is called.
 """
 
-import torch
 import torch.nn.functional as F
 
+from kernelarena.library.per_shape import compile_per_shape
 
-@torch.compile(dynamic=False)
+
+@compile_per_shape
 def _gelu_tanh(x, weight, bias):
     return F.gelu(F.linear(x, weight, bias), approximate="tanh")
 
 
-@torch.compile(dynamic=False)
+@compile_per_shape
 def _gelu(x, weight, bias):
     return F.gelu(F.linear(x, weight, bias))
 
 
-@torch.compile(dynamic=False)
+@compile_per_shape
 def _silu(x, weight, bias):
     return F.silu(F.linear(x, weight, bias))
 
 
-@torch.compile(dynamic=False)
+@compile_per_shape
 def _relu(x, weight, bias):
     return F.relu(F.linear(x, weight, bias))
 
 
-@torch.compile(dynamic=False)
+@compile_per_shape
 def _none(x, weight, bias):
     return F.linear(x, weight, bias)
 
