@@ -396,16 +396,16 @@ def dispatch_show(
     name: Annotated[str, typer.Argument(help="a definition, family or op_type")],
     hardware: Annotated[
         Optional[str],
-        typer.Option(help="hardware model (default: every model with traces, else this device)"),
+        typer.Option(help="hardware model (default: every model with traces, and this GPU)"),
     ] = None,
     dataset: DatasetOption = None,
 ) -> None:
-    """Print the apply table: per shape key the winner, its median, the margin, how it won."""
+    """Print the apply table: per shape key the winner, its eager and GPU times, the margin, how it
+    won, the winner inside CUDA graph capture, and whose traces decide (own or borrowed)."""
     import torch
 
     from kernelarena.datasets import load_default
-    from kernelarena.dispatch.aot import device_kind_of, measured_hardware
-    from kernelarena.dispatch.store import load_or_build
+    from kernelarena.dispatch.aot import measured_hardware, tables_for
     from kernelarena.evaluate.environment import hardware_name
     from kernelarena.evaluate.runner import PlanError, select_definitions
     from kernelarena.report.dispatch import table_view
@@ -416,11 +416,14 @@ def dispatch_show(
     except PlanError as error:
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
-    here = hardware_name(torch.device("cuda:0" if torch.cuda.is_available() else "cpu"))
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    here = hardware_name(torch.device(device))
     for definition in sorted(definitions, key=lambda d: d.name):
-        for model in [hardware] if hardware else measured_hardware(combined, definition) or [here]:
-            table = load_or_build(definition, combined, model, device_kind_of(model))
-            console.print(table_view(table))
+        models = [hardware] if hardware else measured_hardware(combined, definition)
+        if not hardware and (device != "cpu" or not models) and here not in models:
+            models.append(here)  # this GPU, measured or not: what apply does here
+        for model in models:
+            console.print(table_view(*tables_for(combined, definition, model, device)))
 
 
 @app.command("build")

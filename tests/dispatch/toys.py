@@ -117,15 +117,21 @@ def timed(
     spread_us: float = 0.2,
     hardware: str = CPU,
     status: Status = Status.PASSED,
+    eager_us: float | None = None,
+    copy_gbps: float | None = None,
 ) -> Trace:
+    """A trace of GPU time ``median_us`` (spread ``spread_us``), eager per-call time ``eager_us``,
+    on ``hardware`` whose copy ceiling was ``copy_gbps``."""
     performance = Performance(
         latency_ms=median_us * 1e-3,
         reference_latency_ms=10 * median_us * 1e-3,
         speedup_factor=10.0,
         latency_p20_ms=(median_us - spread_us / 2) * 1e-3,
         latency_p80_ms=(median_us + spread_us / 2) * 1e-3,
+        eager_call_ms=None if eager_us is None else eager_us * 1e-3,
     )
-    environment = Environment(hardware=hardware)
+    ceilings = None if copy_gbps is None else {"copy_gbps": copy_gbps}
+    environment = Environment(hardware=hardware, ceilings=ceilings)
     if status is not Status.PASSED:
         return make_trace(definition, solution, load, environment, status, "failed")
     return make_trace(definition, solution, load, environment, status, "", None, performance)

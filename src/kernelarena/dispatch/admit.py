@@ -1,10 +1,15 @@
 """Which traces count for an apply table: rules 1 to 3 of ``table.py``.
 
-Admitted: PASSED with a performance record, on this hardware, with content hashes equal to today's
-definition, solution and workload (a workload no longer in the dataset is checked against the copy
-inside the trace); on a CPU only Python solutions that target ``cpu``. Then one measurement per
-(shape key, solution): per workload the latest trace, across workloads at one key the median of
-their medians, p20s and p80s.
+Admitted: PASSED with a performance record taken without compiling, on the given hardware, with
+content hashes equal to today's definition, solution and workload (a workload no longer in the
+dataset is checked against the copy inside the trace); on a CPU only Python solutions that target
+``cpu``. Then one measurement per (shape key, solution): per workload the latest trace, across
+workloads at one key the median of their medians, p20s, p80s and eager per-call times.
+
+"Without compiling": a trace whose performance says that dynamo compiled while it was timed
+(``compiles_while_timed`` above zero, recorded by an evaluator that counts
+``kernelarena.library.per_shape.dynamo_compile_attempts`` around the timed span) timed a compile, not
+the solution, and is left out.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ def admitted_timings(
             continue
         if evaluation.performance.timing_mode == "not_timed":  # checked with --no-timing only
             continue
+        if getattr(evaluation.performance, "compiles_while_timed", None):
+            continue
         if evaluation.environment.hardware != hardware or hashes is None:
             continue
         if trace.solution not in solution_hashes or hashes.definition != definition_hash:
@@ -79,18 +86,23 @@ def _timestamp(trace: Trace) -> str:
 
 
 def _combine(solution: str, traces: Sequence[Trace]) -> Measurement:
-    medians, lows, highs = [], [], []
+    medians, lows, highs, eager = [], [], [], []
     for trace in traces:
         assert trace.evaluation is not None and trace.evaluation.performance is not None
         performance = trace.evaluation.performance
         medians.append(performance.latency_ms)
         lows.append(_or(performance.latency_p20_ms, performance.latency_ms))
         highs.append(_or(performance.latency_p80_ms, performance.latency_ms))
+        if performance.eager_call_ms is not None:
+            eager.append(performance.eager_call_ms)
     return Measurement(
         solution=solution,
         median_ms=statistics.median(medians),
         p20_ms=statistics.median(lows),
         p80_ms=statistics.median(highs),
+        # Only when every workload at the key has one: a median over some of them is no figure
+        # for the key.
+        eager_ms=statistics.median(eager) if len(eager) == len(traces) else None,
         workloads=len(traces),
     )
 

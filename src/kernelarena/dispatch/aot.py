@@ -19,6 +19,7 @@ import torch
 
 from kernelarena.build import BuildError, DependencyMissing, Runnable, build_solution
 from kernelarena.data import Definition, Trace, TraceSet
+from kernelarena.dispatch.runtime import describe_device
 from kernelarena.dispatch.store import load_or_build
 from kernelarena.dispatch.table import ApplyTable
 from kernelarena.evaluate.environment import hardware_name
@@ -48,12 +49,28 @@ def device_kind_of(hardware: str) -> str:
     return "cpu" if hardware == hardware_name(torch.device("cpu")) else "cuda"
 
 
-def winners(table: ApplyTable) -> list[str]:
-    """Every solution the table can choose: each key's winner and the definition-wide best."""
-    chosen = {entry.winner for entry in table.entries}
-    if table.definition_best is not None:
-        chosen.add(table.definition_best)
+def winners(*tables: ApplyTable) -> list[str]:
+    """Every solution the tables can choose: each key's winner and the definition-wide best."""
+    chosen = {entry.winner for table in tables for entry in table.entries}
+    chosen |= {t.definition_best for t in tables if t.definition_best is not None}
     return sorted(chosen)
+
+
+def tables_for(
+    trace_set: TraceSet, definition: Definition, hardware: str, device: str | None = None
+) -> tuple[ApplyTable, ApplyTable]:
+    """The tables apply consults for ``hardware``, ranked by eager call time and by GPU time
+    (inside graph capture); ``device``: the device of that model here, whose properties say whose
+    traces it borrows better than its name."""
+    profile = None
+    if device is not None and device.startswith("cuda"):
+        described = describe_device(torch.device(device))
+        profile = described if described.name == hardware else None
+    kind = device_kind_of(hardware)
+    return (
+        load_or_build(definition, trace_set, hardware, kind, rank_by="eager", profile=profile),
+        load_or_build(definition, trace_set, hardware, kind, rank_by="gpu", profile=profile),
+    )
 
 
 def build_winners(
@@ -73,14 +90,14 @@ def build_winners(
     for definition in definitions:
         models = list(hardware or here or measured_hardware(trace_set, definition))
         for model in models:
-            table = load_or_build(definition, trace_set, model, device_kind_of(model))
+            tables = tables_for(trace_set, definition, model, device)
             names = (
-                winners(table)
+                winners(*tables)
                 if only_winners
                 else [s.name for s in trace_set.solutions_for(definition.name)]
             )
             for name in names:
-                results.append(_build_one(trace_set, definition, name, model, table, device, warm))
+                results.append(_build_one(trace_set, definition, name, model, tables, device, warm))
     return results
 
 
@@ -89,7 +106,7 @@ def _build_one(
     definition: Definition,
     name: str,
     hardware: str,
-    table: ApplyTable,
+    tables: tuple[ApplyTable, ...],
     device: str,
     warm: bool,
 ) -> Built:
@@ -105,7 +122,7 @@ def _build_one(
     detail = runnable.artifact or ""
     if not (warm and device.startswith("cuda")):
         return Built(definition.name, name, hardware, "built", detail)
-    trace = _won_trace(trace_set, definition, name, table)
+    trace = _won_trace(trace_set, definition, name, tables)
     if trace is None:
         return Built(definition.name, name, hardware, "built", detail)
     try:
@@ -117,9 +134,11 @@ def _build_one(
 
 
 def _won_trace(
-    trace_set: TraceSet, definition: Definition, name: str, table: ApplyTable
+    trace_set: TraceSet, definition: Definition, name: str, tables: tuple[ApplyTable, ...]
 ) -> Trace | None:
-    keys = {tuple(e.key) for e in table.entries if e.winner == name}
+    """A trace of ``name`` at a key it won; its hardware does not matter (a borrowed table's
+    traces are of another model), only its shape."""
+    keys = {tuple(e.key) for t in tables for e in t.entries if e.winner == name}
     for trace in trace_set.traces.get(definition.name, []):
         if trace.solution == name and trace.passed:
             axes = definition.resolve_axes(trace.workload.axes)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from kernelarena.dispatch.calls import Prepared
     from kernelarena.dispatch.runtime import ApplyRuntime
     from kernelarena.dispatch.signature import Binding
+    from kernelarena.dispatch.table import RankBy
 
 log = logging.getLogger("kernelarena.dispatch")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -159,30 +160,55 @@ class CallSite:
         return prepared
 
     def _prepare(self, runtime: ApplyRuntime, binding: Binding) -> Prepared:
+        """The callable for a key. Ranked by eager per-call time, except inside CUDA graph
+        capture (or with ``rank_by="gpu"``), where GPU time is what a call costs: where the two
+        rankings pick different solutions, both are prepared and each call asks which applies."""
+        from kernelarena.dispatch.calls import capture_aware, capture_check
+
+        mode = runtime.rank_by
+        chosen, prepared = self._prepare_ranked(
+            runtime, binding, "gpu" if mode == "gpu" else "eager"
+        )
+        capturing = capture_check(binding.device) if mode == "auto" else None
+        if capturing is None:
+            return prepared
+        chosen_in_graph, in_graph = self._prepare_ranked(runtime, binding, "gpu")
+        if chosen_in_graph == chosen:
+            return prepared
+        return capture_aware(prepared, in_graph, capturing)
+
+    def _prepare_ranked(
+        self, runtime: ApplyRuntime, binding: Binding, rank_by: RankBy
+    ) -> tuple[str | None, Prepared]:
+        """The first solution of the table's choice that builds here, with its callable; else
+        (None, the fallback)."""
         from kernelarena.build import Runnable
         from kernelarena.dispatch.calls import adapt, returning, solution_call
         from kernelarena.dispatch.table import shape_key
 
         definition, device = binding.definition, binding.device
-        choice = runtime.table(definition, device).choose(shape_key(definition, binding.axes))
+        table = runtime.table(definition, device, rank_by)
+        choice = table.choose(shape_key(definition, binding.axes))
         for name in choice.solutions:
             runnable = runtime.runnable(definition, name, device)
             if runnable is not None:
                 log.debug(
-                    "%s: %s at %s -> %s (%s)",
+                    "%s: %s at %s -> %s (%s, by %s time%s)",
                     self.label,
                     definition.name,
                     binding.axes,
                     name,
                     choice.reason,
+                    rank_by,
+                    f", borrowed from {table.borrowed_from}" if table.borrowed_from else "",
                 )
-                return solution_call(runnable, binding)
+                return name, solution_call(runnable, binding)
         if self.fallback_for is None:
-            return returning(self.body)
+            return None, returning(self.body)
         chosen = self.fallback_for(runtime, definition, device)
         if isinstance(chosen, Runnable):
-            return solution_call(chosen, binding)
-        return adapt(chosen, False, binding)
+            return None, solution_call(chosen, binding)
+        return None, adapt(chosen, False, binding)
 
 
 def apply(

@@ -160,3 +160,26 @@ def reference_solution(definition: Definition) -> Call:
         return values
 
     return in_place
+
+
+def capture_check(device: torch.device) -> Callable[[], bool] | None:
+    """Whether a call is being captured into a CUDA graph, asked per call; None where it cannot be
+    (a tensor off the GPU)."""
+    return torch.cuda.is_current_stream_capturing if device.type == "cuda" else None
+
+
+def capture_aware(eager: Prepared, in_graph: Prepared, capturing: Callable[[], bool]) -> Prepared:
+    """``in_graph`` while the current stream is being captured, ``eager`` otherwise: for keys whose
+    winner by GPU time differs from the winner by eager call time. Costs one query of the stream
+    per call (``cudaStreamIsCapturing``), and only at such keys."""
+    eager_call, eager_into = eager
+    graph_call, graph_into = in_graph
+
+    def call(*args: Any) -> Any:
+        if capturing():
+            result = graph_call(*args)
+            return result if graph_into < 0 else args[graph_into]
+        result = eager_call(*args)
+        return result if eager_into < 0 else args[eager_into]
+
+    return returning(call)

@@ -1,5 +1,7 @@
 """ApplyRuntime: what apply needs while a program runs: the dataset, a table per (definition,
-hardware), built solutions per (solution, device), and the workload recorder when tracing.
+hardware, ranking figure), built solutions per (solution, device), and the workload recorder when
+tracing. ``rank_by``: ``auto`` (eager per-call time outside CUDA graph capture, GPU time inside),
+``eager`` or ``gpu`` (always that figure).
 
 Everything here is reached only on the slow path (the first call of a key), under one lock, so
 tables and builds happen once per process however many threads call at the same time.
@@ -8,17 +10,19 @@ tables and builds happen once per process however many threads call at the same 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import torch
 
 from kernelarena.build import BuildError, Runnable, build_solution
 from kernelarena.data import Definition, Language, Solution, TraceSet
 from kernelarena.dispatch.admit import admitted_for_device
+from kernelarena.dispatch.hardware import HardwareProfile, device_profile
 from kernelarena.dispatch.store import load_or_build
-from kernelarena.dispatch.table import ApplyTable
+from kernelarena.dispatch.table import ApplyTable, RankBy
 from kernelarena.evaluate.environment import hardware_name
 
 if TYPE_CHECKING:
@@ -39,8 +43,26 @@ def definitions_named(trace_set: TraceSet, name: str | Sequence[str]) -> list[De
     ]
 
 
+RankingMode = Literal["auto", "eager", "gpu"]
+
+
 def device_kind(device: torch.device) -> str:
     return "cpu" if device.type == "cpu" else "cuda"
+
+
+def ranking_mode(value: str | None) -> RankingMode:
+    """``rank_by`` as given, else ``$KERNELARENA_RANK_BY``, else ``auto``."""
+    chosen = value or os.environ.get("KERNELARENA_RANK_BY") or "auto"
+    if chosen not in get_args(RankingMode):
+        raise ValueError(
+            f"rank_by (or $KERNELARENA_RANK_BY): '{chosen}' is not one of auto, eager, gpu"
+        )
+    return chosen  # type: ignore[return-value]
+
+
+def describe_device(device: torch.device) -> HardwareProfile:
+    """The device's model name, and for a GPU what apply compares models by."""
+    return device_profile(device, hardware_name(device))
 
 
 class ApplyRuntime:
@@ -50,33 +72,42 @@ class ApplyRuntime:
         recorder: WorkloadRecorder | None = None,
         *,
         use_cache: bool = True,
+        rank_by: str | None = None,
     ) -> None:
         self.trace_set = trace_set
         self.recorder = recorder
         self.use_cache = use_cache
+        self.rank_by = ranking_mode(rank_by)
         self.lock = threading.RLock()
-        self._hardware: dict[torch.device, str] = {}
-        self._tables: dict[tuple[str, str], ApplyTable] = {}
+        self._profiles: dict[torch.device, HardwareProfile] = {}
+        self._tables: dict[tuple[str, str, RankBy], ApplyTable] = {}
         self._runnables: dict[tuple[str, str], Runnable | None] = {}
 
     @property
     def tracing(self) -> bool:
         return self.recorder is not None
 
-    def hardware(self, device: torch.device) -> str:
-        if device not in self._hardware:
-            self._hardware[device] = hardware_name(device)
-        return self._hardware[device]
+    def profile(self, device: torch.device) -> HardwareProfile:
+        if device not in self._profiles:
+            self._profiles[device] = describe_device(device)
+        return self._profiles[device]
 
-    def table(self, definition: Definition, device: torch.device) -> ApplyTable:
-        hardware = self.hardware(device)
-        slot = (definition.name, hardware)
+    def hardware(self, device: torch.device) -> str:
+        return self.profile(device).name
+
+    def table(
+        self, definition: Definition, device: torch.device, rank_by: RankBy = "eager"
+    ) -> ApplyTable:
+        profile = self.profile(device)
+        slot = (definition.name, profile.name, rank_by)
         if slot not in self._tables:
             self._tables[slot] = load_or_build(
                 definition,
                 self.trace_set,
-                hardware,
+                profile.name,
                 device_kind(device),
+                rank_by=rank_by,
+                profile=profile,
                 use_cache=self.use_cache,
             )
         return self._tables[slot]

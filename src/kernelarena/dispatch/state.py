@@ -1,8 +1,8 @@
 """Whether apply is on, and with which runtime; every call site is told when that changes.
 
 ``enable_apply()`` or the environment: ``KERNELARENA_APPLY=1`` (with ``KERNELARENA_DATASET`` for the
-folder) or ``KERNELARENA_TRACE=1`` / ``=tensors`` (apply with workload tracing), read once, on the
-first call of a decorated function.
+folder, ``KERNELARENA_RANK_BY`` for the ranking figure) or ``KERNELARENA_TRACE=1`` / ``=tensors``
+(apply with workload tracing), read once, on the first call of a decorated function.
 """
 
 from __future__ import annotations
@@ -55,11 +55,14 @@ def enable_apply(
     trace: bool = False,
     trace_tensors: bool = False,
     use_cache: bool = True,
+    rank_by: str | None = None,
 ) -> ApplyRuntime:
     """Turn apply on for every decorated function. ``dataset``: a folder (with the built-in library
     and its shipped traces; default ``$KERNELARENA_DATASET``) or a TraceSet used as it is. With
     ``trace``, the first call of each shape records a workload in the dataset (``trace_tensors``:
-    its input tensors too)."""
+    its input tensors too). ``rank_by`` (default ``$KERNELARENA_RANK_BY``, else ``auto``): which
+    measured figure picks the winner: ``auto``, the per-call wall time of an eager loop, except
+    inside CUDA graph capture, where the GPU time; ``eager`` or ``gpu`` always that one."""
     from kernelarena.data import TraceSet
     from kernelarena.dispatch.runtime import ApplyRuntime
     from kernelarena.dispatch.tracing import WorkloadRecorder
@@ -74,7 +77,7 @@ def enable_apply(
     recorder = None
     if trace or trace_tensors:
         recorder = WorkloadRecorder(writable, save_tensors=trace_tensors)
-    runtime = ApplyRuntime(combined, recorder, use_cache=use_cache)
+    runtime = ApplyRuntime(combined, recorder, use_cache=use_cache, rank_by=rank_by)
     with _lock:
         _runtime, _environment_read = runtime, True
         _reset_sites()

@@ -1,10 +1,12 @@
 """Apply tables on disk: keyed by a digest of what built them, checked before they are trusted.
 
-A table lives at ``<cache>/dispatch/<definition>/<hardware>.json`` (``<cache>`` is
-``$KERNELARENA_CACHE`` or ``~/.cache/kernelarena``). The digest covers the rules' version, the
-hardware, today's content hashes of the definition, its solutions and workloads, and every
-trace of the definition (the fields the rules read), so a new trace, an edited solution or a
-changed rule gives a new digest. A file is used only when it parses, validates, carries today's
+A table lives at ``<cache>/dispatch/<definition>/<hardware>[-gpu].json`` (``<cache>`` is
+``$KERNELARENA_CACHE`` or ``~/.cache/kernelarena``; ``-gpu``: ranked by GPU time), one per figure
+that ranks, so choosing between them costs nothing per call. The digest covers the rules'
+version, the hardware and what apply knows of it (compute capability, SM count, bandwidth: they
+decide whose traces it borrows), the ranking figure, today's content hashes of the definition,
+its solutions and workloads, and every trace of the definition (the fields the rules read), so a
+new trace, an edited solution or a changed rule gives a new digest. A file is used only when it parses, validates, carries today's
 digest and its checksum matches its content; anything else is rebuilt and replaced atomically
 under a file lock, so readers never see half a file.
 """
@@ -24,8 +26,9 @@ from pydantic import ValidationError
 
 from kernelarena.build.cache import cache_root
 from kernelarena.data import Definition, Trace, TraceSet
-from kernelarena.dispatch.admit import admitted_timings
-from kernelarena.dispatch.table import FORMAT, NEAR_BUCKETS, ApplyTable, build_table
+from kernelarena.dispatch.borrow import sourced_timings
+from kernelarena.dispatch.hardware import HardwareProfile, profile_from_name
+from kernelarena.dispatch.table import FORMAT, NEAR_BUCKETS, ApplyTable, RankBy, build_table
 
 log = logging.getLogger("kernelarena.dispatch")
 
@@ -34,20 +37,26 @@ def tables_folder() -> Path:
     return cache_root().parent / "dispatch"
 
 
-def table_path(definition: str, hardware: str) -> Path:
+def table_path(definition: str, hardware: str, rank_by: RankBy = "eager") -> Path:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", hardware).strip("-").lower() or "hardware"
     exact = hashlib.sha256(hardware.encode()).hexdigest()[:8]  # two names, one slug: no clash
-    return tables_folder() / definition / f"{slug}-{exact}.json"
+    suffix = "" if rank_by == "eager" else f"-{rank_by}"
+    return tables_folder() / definition / f"{slug}-{exact}{suffix}.json"
 
 
 def table_digest(
-    definition: Definition, trace_set: TraceSet, hardware: str, device_kind: str
+    definition: Definition,
+    trace_set: TraceSet,
+    profile: HardwareProfile,
+    device_kind: str,
+    rank_by: RankBy = "eager",
 ) -> str:
     solutions = sorted((s.name, s.content_hash()) for s in trace_set.solutions_for(definition.name))
     workloads = sorted((w.uuid, w.content_hash()) for w in trace_set.workloads_for(definition.name))
     traces = sorted(_fingerprint(t) for t in trace_set.traces.get(definition.name, []))
-    payload = [FORMAT, NEAR_BUCKETS, hardware, device_kind, definition.content_hash()]
-    payload += [solutions, workloads, traces]
+    known = [profile.name, profile.compute_capability, profile.sm_count, profile.copy_gbps]
+    payload: list[object] = [FORMAT, NEAR_BUCKETS, known, device_kind, rank_by]
+    payload += [definition.content_hash(), solutions, workloads, traces]
     canonical = json.dumps(payload, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -55,6 +64,7 @@ def table_digest(
 def _fingerprint(trace: Trace) -> str:
     evaluation = trace.evaluation
     performance = evaluation.performance if evaluation is not None else None
+    environment = evaluation.environment if evaluation is not None else None
     hashes = trace.hashes
     return json.dumps(
         [
@@ -63,10 +73,23 @@ def _fingerprint(trace: Trace) -> str:
             sorted(trace.workload.axes.items()),
             None if hashes is None else [hashes.definition, hashes.solution, hashes.workload],
             None if evaluation is None else [evaluation.status.value, evaluation.timestamp],
-            None if evaluation is None else evaluation.environment.hardware,
+            None
+            if environment is None
+            else [
+                environment.hardware,
+                (environment.ceilings or {}).get("copy_gbps"),
+                getattr(environment, "compute_capability", None),
+                getattr(environment, "sm_count", None),
+            ],
             None
             if performance is None
-            else [performance.latency_ms, performance.latency_p20_ms, performance.latency_p80_ms],
+            else [
+                performance.latency_ms,
+                performance.latency_p20_ms,
+                performance.latency_p80_ms,
+                performance.eager_call_ms,
+                getattr(performance, "compiles_while_timed", None),
+            ],
         ],
         default=str,
     )
@@ -114,24 +137,24 @@ def load_or_build(
     hardware: str,
     device_kind: str,
     *,
+    rank_by: RankBy = "eager",
+    profile: HardwareProfile | None = None,
     use_cache: bool = True,
 ) -> ApplyTable:
-    """The table for ``definition`` on ``hardware``, from the disk cache when it can be trusted."""
-    digest = table_digest(definition, trace_set, hardware, device_kind)
-    path = table_path(definition.name, hardware)
+    """The table for ``definition`` on ``hardware`` ranked by ``rank_by``, from the disk cache when
+    it can be trusted. ``profile``: what is known of the hardware (default: what its name says),
+    which decides whose traces it borrows when it has none."""
+    profile = profile or profile_from_name(hardware)
+    if profile.name != hardware:
+        raise ValueError(f"profile of {profile.name!r} given for {hardware!r}")
+    digest = table_digest(definition, trace_set, profile, device_kind, rank_by)
+    path = table_path(definition.name, hardware, rank_by)
     if use_cache:
         table = read_trusted(path, digest)
         if table is not None:
             return table
-    timings = admitted_timings(
-        definition,
-        {s.name: s for s in trace_set.solutions_for(definition.name)},
-        {w.uuid: w for w in trace_set.workloads_for(definition.name)},
-        trace_set.traces.get(definition.name, []),
-        hardware,
-        device_kind,
-    )
-    table = build_table(definition, timings, hardware, digest)
+    timings, borrowed_from = sourced_timings(definition, trace_set, profile, device_kind)
+    table = build_table(definition, timings, hardware, digest, rank_by, borrowed_from)
     table.checksum = checksum(table)
     if use_cache:
         try:

@@ -2,16 +2,21 @@
 
 The rules, in the order they apply (docs/apply.md says the same for users):
 
-1. Admitted traces (``admit.py``): status PASSED with a performance record; hardware equal
-   to the device's (``environment.hardware``); content hashes present and equal to today's
-   definition, solution and workload (a workload no longer in the dataset is checked against the
-   copy inside the trace); on a CPU only Python solutions that target ``cpu`` (Triton runs on a CPU
-   only under its interpreter, which a production process does not use).
+1. Admitted traces (``admit.py``): status PASSED with a performance record taken without
+   compiling; hardware equal to the device's (``environment.hardware``), or where it has none, the
+   nearest measured model of the same architecture's (``borrow.py``); content hashes present and
+   equal to today's definition, solution and workload (a workload no longer in the dataset is
+   checked against the copy inside the trace); on a CPU only Python solutions that target ``cpu``
+   (Triton runs on a CPU only under its interpreter, which a production process does not use).
 2. Shape key: the values of the definition's free var axes, in declaration order (derived axes
    follow from them).
-3. One number per (solution, key): per workload the latest trace; across workloads at the same key
-   (re-runs, workloads that differ only in params such as a row stride) the median of their
-   medians, and likewise of their 20th and 80th percentiles.
+3. One measurement per (solution, key): per workload the latest trace; across workloads at the
+   same key (re-runs, workloads that differ only in params such as a row stride) the median of
+   their medians, and likewise of their 20th and 80th percentiles and eager per-call times.
+   The figure that ranks (``rank_by``): ``eager``, the per-call wall time of an eager loop (host
+   launch included: what a caller outside CUDA graph capture pays), at keys where every candidate
+   has one, else the GPU time; ``gpu``, the GPU time (what a call costs inside a captured graph).
+   An eager figure has no recorded spread: its interval is of width zero.
 4. Winner at a key: the lowest median wins outright when its interval [p20, p80] lies below every
    other candidate's, i.e. ``other.p20 - best.p80 > 0`` for all others (the margin): its median
    beats each other's by more than the two spreads that face each other. Traces without
@@ -20,8 +25,9 @@ The rules, in the order they apply (docs/apply.md says the same for users):
    best's p80, the one ranked highest definition-wide (rule 6). Fewer distinct kernels across
    shapes, and the choice does not flip with noise.
 6. Definition-wide rank: score = geometric mean, over the keys a solution was measured at, of
-   (best median at that key / its median), so 1.0 means fastest everywhere it ran. The
-   definition-wide best is the highest score among the solutions measured at the most keys.
+   (best median at that key / its median) of the figure that ranked the key, so 1.0 means
+   fastest everywhere it ran. The definition-wide best is the highest score among the solutions
+   measured at the most keys.
 7. A key never measured: the nearest measured key by power-of-two buckets (``bucket(v) =
    v.bit_length()``, so 0, 1, 2-3, 4-7, ...); a measured key is near when every axis is within
    ``NEAR_BUCKETS`` buckets; the nearest has the smallest sum of bucket distances, then the
@@ -41,23 +47,32 @@ from pydantic import BaseModel, PrivateAttr
 
 from kernelarena.data import Definition
 
-FORMAT = 1
+FORMAT = 2
 NEAR_BUCKETS = 1
 Key = tuple[int, ...]
+RankBy = Literal["eager", "gpu"]
 
 
 class Measurement(BaseModel):
     solution: str
-    median_ms: float
+    median_ms: float  # GPU time, as are p20 and p80
     p20_ms: float
     p80_ms: float
+    eager_ms: float | None = None  # per-call wall time of an eager loop
     workloads: int = 1
+
+    def interval(self, by: RankBy) -> tuple[float, float, float]:
+        """(median, p20, p80) of the figure ``by``; an eager time has no spread."""
+        if by == "eager" and self.eager_ms is not None:
+            return self.eager_ms, self.eager_ms, self.eager_ms
+        return self.median_ms, self.p20_ms, self.p80_ms
 
 
 class KeyEntry(BaseModel):
     key: Key
     winner: str
     decided_by: Literal["only", "margin", "tie"]
+    ranked_by: RankBy = "gpu"
     margin_ms: float | None = None
     ranked: list[Measurement]
 
@@ -75,6 +90,8 @@ class ApplyTable(BaseModel):
     format: int = FORMAT
     definition: str
     hardware: str
+    rank_by: RankBy = "gpu"
+    borrowed_from: str | None = None  # the measured model whose traces decide, when not its own
     axes: list[str]
     digest: str
     entries: list[KeyEntry]
@@ -140,19 +157,26 @@ def build_table(
     timings: Mapping[Key, list[Measurement]],
     hardware: str,
     digest: str,
+    rank_by: RankBy = "gpu",
+    borrowed_from: str | None = None,
 ) -> ApplyTable:
-    """Rules 4-6 over the admitted timings."""
-    best_at = {key: min(m.median_ms for m in ms) for key, ms in timings.items()}
+    """Rules 4-6 over the admitted timings, each key ranked by ``rank_by`` where every candidate
+    has that figure (rule 3)."""
+    ranked_by = {key: _figure_at(ms, rank_by) for key, ms in timings.items()}
+    best_at = {key: min(m.interval(ranked_by[key])[0] for m in ms) for key, ms in timings.items()}
     ratios: dict[str, list[float]] = {}
     for key, measurements in timings.items():
         for m in measurements:
-            ratio = best_at[key] / m.median_ms if m.median_ms > 0 else 1.0
+            median = m.interval(ranked_by[key])[0]
+            ratio = best_at[key] / median if median > 0 else 1.0
             ratios.setdefault(m.solution, []).append(max(ratio, 1e-12))
     scores = {s: math.exp(statistics.fmean(math.log(r) for r in rs)) for s, rs in ratios.items()}
     coverage = {s: len(rs) for s, rs in ratios.items()}
     table = ApplyTable(
         definition=definition.name,
         hardware=hardware,
+        rank_by=rank_by,
+        borrowed_from=borrowed_from,
         axes=list(definition.free_axes),
         digest=digest,
         entries=[],
@@ -163,23 +187,46 @@ def build_table(
     ranking = table.ranking()
     table.definition_best = ranking[0] if ranking else None
     rank = {name: i for i, name in enumerate(ranking)}
-    table.entries = [_decide(key, timings[key], rank) for key in sorted(timings)]
+    table.entries = [_decide(key, timings[key], rank, ranked_by[key]) for key in sorted(timings)]
     table.model_post_init(None)
     return table
 
 
-def _decide(key: Key, measurements: list[Measurement], rank: Mapping[str, int]) -> KeyEntry:
-    ranked = sorted(measurements, key=lambda m: (m.median_ms, m.solution))
+def _figure_at(measurements: list[Measurement], rank_by: RankBy) -> RankBy:
+    """Eager times rank a key only where every candidate has one: an eager time (host launch
+    included) against another's GPU time would favour the one without."""
+    if rank_by == "eager" and all(m.eager_ms is not None for m in measurements):
+        return "eager"
+    return "gpu"
+
+
+def _decide(
+    key: Key, measurements: list[Measurement], rank: Mapping[str, int], by: RankBy
+) -> KeyEntry:
+    ranked = sorted(measurements, key=lambda m: (m.interval(by)[0], m.solution))
     best, others = ranked[0], ranked[1:]
     if not others:
-        return KeyEntry(key=key, winner=best.solution, decided_by="only", ranked=ranked)
-    margin = min(o.p20_ms - best.p80_ms for o in others)
+        return KeyEntry(
+            key=key, winner=best.solution, decided_by="only", ranked_by=by, ranked=ranked
+        )
+    best_p80 = best.interval(by)[2]
+    margin = min(o.interval(by)[1] - best_p80 for o in others)
     if margin > 0:
         return KeyEntry(
-            key=key, winner=best.solution, decided_by="margin", margin_ms=margin, ranked=ranked
+            key=key,
+            winner=best.solution,
+            decided_by="margin",
+            ranked_by=by,
+            margin_ms=margin,
+            ranked=ranked,
         )
-    tied = [best, *(o for o in others if o.p20_ms <= best.p80_ms)]
+    tied = [best, *(o for o in others if o.interval(by)[1] <= best_p80)]
     winner = min(tied, key=lambda m: (rank.get(m.solution, len(rank)), m.solution))
     return KeyEntry(
-        key=key, winner=winner.solution, decided_by="tie", margin_ms=margin, ranked=ranked
+        key=key,
+        winner=winner.solution,
+        decided_by="tie",
+        ranked_by=by,
+        margin_ms=margin,
+        ranked=ranked,
     )
