@@ -21,47 +21,17 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from kernelarena.data._base import Schema
+from kernelarena.data.constraints import unmet_constraint_problems
 from kernelarena.data.definition import AxisError, Definition
 from kernelarena.data.expressions import ExpressionError
+from kernelarena.data.problems import DatasetError as DatasetError  # re-exported
+from kernelarena.data.problems import MissingBlob, missing_blob_problems, problems_from_validation
+from kernelarena.data.problems import Problem as Problem  # re-exported
 from kernelarena.data.solution import Solution
 from kernelarena.data.trace import Trace
 from kernelarena.data.workload import SafetensorsInput, ScalarInput, Workload
 
 M = TypeVar("M", bound=Schema)
-
-
-@dataclass(frozen=True)
-class Problem:
-    file: str
-    location: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}: {self.location}" if self.location else self.file
-        return f"{where}: {self.message}"
-
-
-class DatasetError(ValueError):
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        shown = "\n".join(f"  {p}" for p in problems[:50])
-        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
-        super().__init__(f"{len(problems)} problem(s) in the dataset:\n{shown}{more}")
-
-
-def problems_from_validation(file: str, error: ValidationError, prefix: str = "") -> list[Problem]:
-    problems = []
-    for item in error.errors():
-        location = ".".join(str(p) for p in item["loc"])
-        message = str(item["msg"]).removeprefix("Value error, ")
-        for part in message.split("; "):
-            # Cross-field checks name their own field first ("inputs.x.shape[1]: ...").
-            head, sep, rest = part.partition(": ")
-            if sep and not location and " " not in head:
-                problems.append(Problem(file, prefix + head, rest))
-            else:
-                problems.append(Problem(file, prefix + location, part))
-    return problems
 
 
 @dataclass
@@ -74,6 +44,9 @@ class TraceSet:
     problems: list[Problem] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)
     blob_roots: dict[str, Path] = field(default_factory=dict)
+    # Workloads that cannot run here (uuid -> why): their safetensors blobs are missing. They stay in
+    # ``workloads`` (and are saved), but ``workloads_for`` leaves them out, so runs skip them.
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.root is not None and not isinstance(self.root, Path):
@@ -196,6 +169,7 @@ class TraceSet:
                 self.problems.append(
                     Problem(label, "definition", f"unknown definition '{solution.definition}'")
                 )
+        missing: list[MissingBlob] = []
         for definition_name, workloads in self.workloads.items():
             definition = self.definitions.get(definition_name)
             for workload in workloads:
@@ -209,10 +183,16 @@ class TraceSet:
                     Problem(label, loc, msg)
                     for loc, msg in self.workload_problems(definition, workload)
                 ]
+                blobs = self.missing_blobs(workload, label)
+                if blobs:
+                    self.unavailable[workload.uuid] = f"safetensors '{blobs[0].path}' is missing"
+                missing += blobs
+        self.problems += missing_blob_problems(missing)
 
     def workload_problems(
         self, definition: Definition, workload: Workload
     ) -> list[tuple[str, str]]:
+        """What is wrong with a workload line, missing blobs aside (``missing_blobs``)."""
         problems: list[tuple[str, str]] = []
         try:
             definition.resolve_axes(workload.axes)
@@ -229,17 +209,21 @@ class TraceSet:
                         f"a scalar value for a tensor of shape {spec.shape}",
                     )
                 )
-            elif isinstance(given, SafetensorsInput):
-                blob = self.blob_root(workload) / given.path
-                if not blob.is_file():
-                    problems.append(
-                        (f"workload.inputs.{name}.path", f"file '{given.path}' does not exist")
-                    )
         for name in set(workload.inputs) - set(definition.inputs):
             problems.append(
                 (f"workload.inputs.{name}", f"'{name}' is not an input of '{definition.name}'")
             )
-        return problems
+        return problems + unmet_constraint_problems(definition, workload)
+
+    def missing_blobs(self, workload: Workload, label: str = "") -> list[MissingBlob]:
+        """The workload's safetensors inputs whose files are not on disk."""
+        missing = []
+        for name, given in workload.inputs.items():
+            if isinstance(given, SafetensorsInput):
+                root = self.blob_root(workload)
+                if not (root / given.path).is_file():
+                    missing.append(MissingBlob(label or workload.uuid, name, given.path, root))
+        return missing
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -247,7 +231,10 @@ class TraceSet:
         return [s for s in self.solutions.values() if s.definition == definition]
 
     def workloads_for(self, definition: str, tags: Iterable[str] | None = None) -> list[Workload]:
-        workloads = self.workloads.get(definition, [])
+        """The definition's workloads that can run here (missing blobs excluded), by tag."""
+        workloads = [
+            w for w in self.workloads.get(definition, []) if w.uuid not in self.unavailable
+        ]
         if tags is None:
             return list(workloads)
         wanted = set(tags)
@@ -334,6 +321,7 @@ class TraceSet:
         for definition_name, traces in other.traces.items():
             self.traces.setdefault(definition_name, []).extend(traces)
         self.problems += other.problems
+        self.unavailable.update(other.unavailable)
 
     def save(self, root: str | Path) -> None:
         """Write the whole set as a new dataset folder (never over a file that differs)."""
@@ -372,6 +360,8 @@ class TraceSet:
                 target = root / spec.path
                 if source.resolve() == target.resolve() or target.exists():
                     continue
+                if not source.is_file():
+                    continue  # missing here too: the copy is as complete as the original
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(source.read_bytes())
 

@@ -26,6 +26,13 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema, Tagged
+from kernelarena.data.constraints import (
+    Shape,
+    ValuePlan,
+    constraint_problems,
+    plan_values,
+    reads_values,
+)
 from kernelarena.data.dtypes import DType
 from kernelarena.data.expressions import ExpressionError, evaluate, names
 
@@ -145,9 +152,6 @@ class Definition(Schema):
     def _expression_problems(self) -> list[str]:
         problems: list[str] = []
         checks: list[tuple[str, str]] = [
-            (f"constraints[{i}]", c) for i, c in enumerate(self.constraints)
-        ]
-        checks += [
             (f"axes.{n}.expression", a.expression)
             for n, a in self.axes.items()
             if isinstance(a, AxisVar) and a.expression
@@ -157,6 +161,10 @@ class Definition(Schema):
             for field, text in (("bytes_moved", self.bytes_moved), ("flops", self.flops))
             if text
         ]
+        for i, text in enumerate(self.constraints):
+            problems += constraint_problems(
+                f"constraints[{i}]", text, self.axes, self.inputs, self.outputs
+            )
         scalars = {n for n, spec in self.inputs.items() if spec.shape is None}
         for field, text in checks:
             allowed = set(self.axes) | (scalars if field in ("bytes_moved", "flops") else set())
@@ -188,6 +196,17 @@ class Definition(Schema):
     def free_axes(self) -> list[str]:
         """Var axes a workload must give: those without an expression."""
         return [n for n, a in self.axes.items() if isinstance(a, AxisVar) and not a.expression]
+
+    @cached_property
+    def static_constraints(self) -> list[str]:
+        """Constraints over axes and shapes: checked whenever a workload's axes are resolved."""
+        return [c for c in self.constraints if not reads_values(c, self.axes)]
+
+    @cached_property
+    def value_plan(self) -> ValuePlan:
+        """Constraints over input values (checked on every input set) and how to generate inputs
+        that meet them."""
+        return plan_values(self.constraints, self.axes, self.inputs)
 
     @cached_property
     def _derivation_order(self) -> list[tuple[str, str]]:
@@ -227,11 +246,23 @@ class Definition(Schema):
                     f"axis '{name}' is {given[name]} but {expression} gives {int(derived)}"
                 )
             values[name] = int(derived)
-        for constraint in self.constraints:
-            if not evaluate(constraint, values):
-                shown = {n: values[n] for n in sorted(names(constraint))}
-                raise AxisError(f"constraint '{constraint}' does not hold for {shown}")
+        self._check_static_constraints(values)
         return values
+
+    def _check_static_constraints(self, axes: dict[str, int]) -> None:
+        if not self.static_constraints:
+            return
+        shapes = {
+            name: Shape(tuple(axes[a] for a in spec.shape))
+            for name, spec in {**self.outputs, **self.inputs}.items()
+            if spec.shape is not None
+        }
+        variables = {**shapes, **axes}
+        for constraint in self.static_constraints:
+            if not evaluate(constraint, variables):
+                read = sorted(names(constraint))
+                shown = {n: shapes[n].shape if n in shapes else axes[n] for n in read}
+                raise AxisError(f"constraint '{constraint}' does not hold for {shown}")
 
     def shape_of(self, spec: TensorSpec, axes: Mapping[str, int]) -> tuple[int, ...] | None:
         return None if spec.shape is None else tuple(axes[a] for a in spec.shape)

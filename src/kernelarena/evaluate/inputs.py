@@ -1,15 +1,19 @@
 """Inputs for a workload: seeded random tensors for every dtype, scalars, safetensors, poisoned outputs.
 
 Random tensors: floats standard normal (never zeros); FP8 and FP4 uniform over every finite bit pattern,
-so all codes appear; ints in [-100, 100); uint8 over [0, 256); bool uniform. The reference's optional
-``make_inputs(axes, inputs, params, generator, device)`` then shapes them (derived layouts, offsets,
-narrow distributions, strided rows).
+so all codes appear; ints in [-100, 100); uint8 over [0, 256); bool uniform. Inputs that a definition's
+value constraints read are drawn to meet them (``kernelarena.data.constraints`` says which forms):
+offsets arrays monotone from 0 to their total, bounded indices inside their caches. The reference's
+optional ``make_inputs(axes, inputs, params, generator, device)`` then shapes them (derived layouts,
+narrow distributions, strided rows). Last, every value constraint is checked on the finished set: one
+that does not hold raises InputsError naming it and where each input it reads came from.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import random
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -19,8 +23,13 @@ import torch
 
 from kernelarena.data import DType, SafetensorsInput, ScalarInput, Workload
 from kernelarena.data.definition import Definition, TensorSpec
+from kernelarena.data.expressions import ExpressionError, evaluate, names
 
 Value = torch.Tensor | float | int | bool
+
+
+class InputsError(ValueError):
+    """A workload's inputs break a value constraint, or cannot be generated to meet one."""
 
 
 def seed_for(workload: Workload, salt: str) -> int:
@@ -91,23 +100,151 @@ def generate_inputs(
 ) -> dict[str, Value]:
     generator = make_generator(device, seed)
     inputs: dict[str, Value] = {}
+    origins: dict[str, str] = {}
     for name, spec in definition.inputs.items():
         given = workload.inputs.get(name)
         if isinstance(given, ScalarInput):
-            inputs[name] = given.value
+            inputs[name], origins[name] = given.value, "the workload's scalar"
         elif isinstance(given, SafetensorsInput):
             inputs[name] = _load_blob(blob_root, given, name).to(device)
+            origins[name] = f"safetensors '{given.path}'"
         elif spec.shape is None:
-            inputs[name] = random_scalar(spec, generator)
+            inputs[name], origins[name] = random_scalar(spec, generator), "random"
         else:
             shape = definition.shape_of(spec, axes)
             assert shape is not None
-            inputs[name] = random_tensor(spec, shape, generator, device)
+            inputs[name], origins[name] = random_tensor(spec, shape, generator, device), "random"
+    # Drawn after every plain input, so definitions without value constraints draw what they always did.
+    for name in definition.inputs:
+        if origins[name] == "random" and definition.value_plan.generated(name):
+            inputs[name] = _constrained_tensor(definition, name, axes, generator, device)
+            origins[name] = "generated to meet the constraints"
     if make_inputs is not None:
         inputs = dict(
             make_inputs(dict(axes), inputs, dict(workload.params or {}), generator, device)
         )
+        origins = {n: f"{origins.get(n, 'random')}, then make_inputs" for n in inputs}
+    check_value_constraints(definition, axes, inputs, origins)
     return inputs
+
+
+def check_value_constraints(
+    definition: Definition,
+    axes: dict[str, int],
+    inputs: dict[str, Value],
+    origins: dict[str, str] | None = None,
+) -> None:
+    """Raise InputsError for the first value constraint that the inputs break."""
+    variables = {**inputs, **axes}
+    for constraint in definition.value_plan.checks:
+        try:
+            holds, detail = bool(evaluate(constraint, variables)), ""
+        except ExpressionError as error:
+            holds, detail = False, f" ({error})"
+        if holds:
+            continue
+        read = sorted(names(constraint))
+        shown = ", ".join(_describe(n, variables.get(n), (origins or {}).get(n)) for n in read)
+        if constraint in definition.value_plan.unmet and make_inputs_absent(origins):
+            raise InputsError(
+                f"cannot generate inputs for '{definition.name}': constraint '{constraint}' is not "
+                "of a form the generator meets ('<axes> == t[-1].item()' offsets, 't.min()' and "
+                "'t.max()' bounds); give its inputs as safetensors or define make_inputs in the "
+                f"reference. Read: {shown}{detail}"
+            )
+        raise InputsError(
+            f"inputs of '{definition.name}' break constraint '{constraint}'{detail}. Read: {shown}"
+        )
+
+
+def make_inputs_absent(origins: dict[str, str] | None) -> bool:
+    return not any("make_inputs" in origin for origin in (origins or {}).values())
+
+
+def _describe(name: str, value: object, origin: str | None) -> str:
+    if isinstance(value, torch.Tensor):
+        text = f"{name} of shape {tuple(value.shape)}"
+        if value.dim() == 1 and 0 < value.numel() <= 8:
+            text += f" = {value.tolist()}"
+        elif value.numel() > 0 and not value.dtype.is_floating_point:
+            text += f" in [{int(value.min())}, {int(value.max())}]"
+    else:
+        text = f"{name} = {value}"
+    return f"{text} ({origin})" if origin else text
+
+
+def _constrained_tensor(
+    definition: Definition,
+    name: str,
+    axes: dict[str, int],
+    generator: torch.Generator,
+    device: torch.device,
+) -> torch.Tensor:
+    spec = definition.inputs[name]
+    shape = definition.shape_of(spec, axes)
+    assert shape is not None
+    plan = definition.value_plan
+    # Python's sampler draws k of n values in O(k), whatever n: seeded from the workload's generator.
+    sampler = random.Random(int(torch.randint(0, 2**62, (), generator=generator, device=device)))
+    if name in plan.offsets:
+        offsets = plan.offsets[name]
+        total = int(evaluate(offsets.total, axes))
+        values = _offsets(shape[0], total, sampler)
+        if values is None:
+            raise InputsError(
+                f"cannot generate inputs for '{definition.name}': constraint "
+                f"'{offsets.constraint}' needs '{name}' ({shape[0]} entries, so {shape[0] - 1} "
+                f"segments) to rise from 0 to {total}"
+            )
+        return torch.tensor(values, dtype=spec.dtype.to_torch(), device=device)
+    return _bounded(definition, name, shape, axes, sampler, generator, device)
+
+
+def _offsets(length: int, total: int, sampler: random.Random) -> list[int] | None:
+    """0 = t[0] <= t[1] <= ... <= t[-1] = total, every segment non-empty where total allows."""
+    segments = length - 1
+    if segments < 0 or total < 0 or (segments == 0 and total != 0):
+        return None
+    if segments == 0:
+        return [0]
+    if total >= segments:
+        cuts = sampler.sample(range(1, total), segments - 1)
+    else:  # more segments than units: some are empty
+        cuts = [sampler.randint(0, total) for _ in range(segments - 1)]
+    return [0, *sorted(cuts), total]
+
+
+def _bounded(
+    definition: Definition,
+    name: str,
+    shape: tuple[int, ...],
+    axes: dict[str, int],
+    sampler: random.Random,
+    generator: torch.Generator,
+    device: torch.device,
+) -> torch.Tensor:
+    spec, bounds = definition.inputs[name], definition.value_plan.bounds[name]
+    low = evaluate(bounds.low, axes) if bounds.low else None
+    high = evaluate(bounds.high, axes) if bounds.high else None
+    # A one-sided bound keeps a span of 100 on the open side, the span of plain random integers.
+    low = low if low is not None else (0 if high is None or high > 0 else high - 100)
+    high = high if high is not None else low + 100
+    dtype = spec.dtype.to_torch()
+    if spec.dtype.is_float:
+        unit = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
+        return (low + (high - low) * unit).to(dtype)
+    low, high, count = int(low), int(high), math.prod(shape)
+    if count > 0 and high <= low:
+        raise InputsError(
+            f"cannot generate inputs for '{definition.name}': '{name}' must lie in "
+            f"[{low}, {high}), which is empty at axes {axes} (from {', '.join(bounds.sources)})"
+        )
+    if bounds.distinct and count <= high - low:
+        values = sampler.sample(range(low, high), count)
+        return torch.tensor(values, dtype=torch.int64).reshape(shape).to(device, dtype)
+    return torch.randint(low, max(high, low + 1), shape, generator=generator, device=device).to(
+        dtype
+    )
 
 
 def _load_blob(blob_root: Path | None, given: SafetensorsInput, name: str) -> torch.Tensor:
