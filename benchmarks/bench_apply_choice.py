@@ -1,0 +1,269 @@
+"""Does apply pick the fastest solution on this GPU? Every library operator through ``kernelarena.ops``
+against each of its solutions called directly, per performance workload, by both figures apply ranks:
+
+    python benchmarks/bench_apply_choice.py                  # every definition with performance workloads
+    python benchmarks/bench_apply_choice.py rmsnorm scale    # definitions, families or op_types
+    python benchmarks/bench_apply_choice.py --no-write       # print, write no JSON
+
+Figures, per provider: ``eager``, the wall time per call of a loop of calls (host launch included,
+what apply ranks by outside graph capture): the median of 15 rounds, each as many calls as fill
+about 2 ms (20 to 1000), synchronized at its end; ``gpu``, the shared harness's GPU time (CUDA events
+with the L2 flushed, or CUDA graph replays under 40 us, where apply runs inside capture and so ranks
+by GPU time). Every provider is called value-returning, as ``kernelarena.ops`` is: a
+destination-passing solution gets outputs allocated per call, as apply allocates them. Inputs rotate
+over as many sets as fill twice the L2 (2 to 16).
+
+Per shape: the best direct solution by each figure, the solution apply chose (its tables: the
+traces of this GPU, else borrowed ones), apply's figure and its ratio to the best. Bar (issue 18):
+apply within 3% of the best per shape. Eager ratios include apply's own cost per call (about 1 us
+on a Xeon host, docs/apply.md), which is most of 3% for a launch-bound call of 20 us; the row also
+gives the chosen solution's direct eager time, the quality of the choice alone.
+Results: benchmarks/results/apply_choice_<gpu>_<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import kernelarena
+import kernelarena.ops as ops
+from benchmarks import harness
+from kernelarena.build import BuildError, build_solution
+from kernelarena.data import Definition, TraceSet, Workload
+from kernelarena.dispatch.runtime import ApplyRuntime
+from kernelarena.dispatch.table import shape_key
+from kernelarena.evaluate.ceilings import measure_ceilings
+from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
+from kernelarena.evaluate.runner import select_definitions
+
+BAR = 1.03
+
+
+def eager_call_ms(fn: Callable[[int], Any], device: torch.device) -> float:
+    for i in range(3):
+        fn(i)
+    torch.cuda.synchronize(device)
+    began = time.perf_counter()
+    fn(0)
+    torch.cuda.synchronize(device)
+    calls = max(20, min(1000, int(2e-3 / max(time.perf_counter() - began, 1e-6))))
+    rounds = []
+    for _ in range(15):
+        torch.cuda.synchronize(device)
+        began = time.perf_counter()
+        for i in range(calls):
+            fn(i)
+        torch.cuda.synchronize(device)
+        rounds.append((time.perf_counter() - began) / calls * 1e3)
+    return statistics.median(rounds)
+
+
+def timed_eagerly(found: dict[str, Callable[[int], Any]], device: torch.device) -> dict[str, float]:
+    """Eager per-call times; a provider that raises is reported and dropped from ``found``."""
+    eager = {}
+    for name, fn in list(found.items()):
+        try:
+            eager[name] = eager_call_ms(fn, device)
+        except Exception as error:
+            print(f"  {name}: failed, not timed: {type(error).__name__}: {error}"[:300])
+            del found[name]
+    return eager
+
+
+def input_sets(
+    trace_set: TraceSet, definition: Definition, workload: Workload, device: torch.device
+) -> list[list[Any]]:
+    axes = definition.resolve_axes(workload.axes)
+    make_inputs = load_reference(definition).get("make_inputs")
+    root = trace_set.blob_roots.get(workload.uuid, trace_set.root)
+
+    def one(k: int) -> list[Any]:
+        made = generate_inputs(
+            definition, workload, axes, device, seed_for(workload, f"choice{k}"), make_inputs, root
+        )
+        return [made[name] for name in definition.inputs]
+
+    first = one(0)
+    size = sum(a.numel() * a.element_size() for a in first if isinstance(a, torch.Tensor)) or 1
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    return [first] + [one(k) for k in range(1, max(2, min(16, 2 * l2 // size)))]
+
+
+def providers(
+    trace_set: TraceSet,
+    definition: Definition,
+    workload: Workload,
+    sets: list[list[Any]],
+    device: torch.device,
+) -> dict[str, Callable[[int], Any]]:
+    """Every solution that builds here, called value-returning, and the operator through apply."""
+    axes = definition.resolve_axes(workload.axes)
+    outputs = [
+        (definition.shape_of(spec, axes) or (), spec.dtype.to_torch())
+        for spec in definition.outputs.values()
+        if spec.aliases is None
+    ]
+    found: dict[str, Callable[[int], Any]] = {}
+    for solution in trace_set.solutions_for(definition.name):
+        try:
+            runnable = build_solution(definition, solution, str(device))
+        except BuildError as error:  # DependencyMissing too: reported, not timed
+            print(f"  {solution.name}: not built here: {str(error)[:120]}")
+            continue
+        name = solution.name.removeprefix(definition.name + "_")
+        found[name] = _direct(runnable, sets, outputs, device)
+    operator = next(op for op in ops.OPERATORS.values() if definition.name in op.definitions)
+    found["apply"] = lambda i: operator(*sets[i % len(sets)])
+    return found
+
+
+def _direct(
+    runnable: Any, sets: list[list[Any]], outputs: list[tuple[Any, Any]], device: torch.device
+) -> Callable[[int], Any]:
+    if not runnable.destination_passing_style:
+        return lambda i: runnable(*sets[i % len(sets)])
+
+    def call(i: int) -> Any:
+        made = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
+        runnable(*sets[i % len(sets)], *made)
+        return made
+
+    return call
+
+
+def chosen(runtime: ApplyRuntime, definition: Definition, workload: Workload, rank_by: Any) -> str:
+    device = torch.device("cuda:0")
+    table = runtime.table(definition, device, rank_by)
+    solutions = table.choose(
+        shape_key(definition, definition.resolve_axes(workload.axes))
+    ).solutions
+    name = solutions[0] if solutions else "fallback"
+    return name.removeprefix(definition.name + "_")
+
+
+def measure(names: list[str] | None, write: bool) -> list[dict[str, Any]]:
+    device = torch.device("cuda:0")
+    runtime = kernelarena.enable_apply()
+    trace_set = runtime.trace_set
+    ceilings = measure_ceilings(device)
+    rows: list[dict[str, Any]] = []
+    for definition in sorted(select_definitions(trace_set, names), key=lambda d: d.name):
+        for workload in trace_set.workloads_for(definition.name):
+            if "performance" not in (workload.tags or []):
+                continue
+            label = f"{definition.name} {workload.axes}"
+            print(label)
+            sets = input_sets(trace_set, definition, workload, device)
+            found = providers(trace_set, definition, workload, sets, device)
+            eager = timed_eagerly(found, device)
+            if "apply" not in eager or len(eager) < 2:
+                print("  nothing to compare: apply or every solution failed")
+                continue
+            case = harness.Case(label, {"definition": definition.name, **workload.axes})
+            report = harness.run(
+                "apply_choice_gpu",
+                [(case, lambda timed=found: timed)],
+                ceilings=ceilings,
+                write=False,
+            )
+            gpu = {r["provider"]: r["median_ms"] for r in report["rows"] if r["status"] == "ok"}
+            rows.append(_row(runtime, definition, workload, eager, gpu))
+            del found, sets
+            torch.cuda.empty_cache()
+    if write:
+        env = harness.environment(device)
+        path = harness.result_path("apply_choice", env)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"environment": env, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {path}")
+    return rows
+
+
+def _row(
+    runtime: ApplyRuntime,
+    definition: Definition,
+    workload: Workload,
+    eager: dict[str, float],
+    gpu: dict[str, float],
+) -> dict[str, Any]:
+    direct_eager = {k: v for k, v in eager.items() if k != "apply"}
+    direct_gpu = {k: v for k, v in gpu.items() if k != "apply"}
+    best_eager = min(direct_eager, key=direct_eager.__getitem__)
+    best_gpu = min(direct_gpu, key=direct_gpu.__getitem__)
+    picked_eager = chosen(runtime, definition, workload, "eager")
+    return {
+        "definition": definition.name,
+        "axes": workload.axes,
+        "eager_us": {k: v * 1e3 for k, v in eager.items()},
+        "gpu_us": {k: v * 1e3 for k, v in gpu.items()},
+        "best_eager": best_eager,
+        "best_gpu": best_gpu,
+        "apply_chose_eager": picked_eager,
+        "apply_chose_gpu": chosen(runtime, definition, workload, "gpu"),
+        "eager_ratio": eager["apply"] / direct_eager[best_eager],
+        "choice_eager_ratio": direct_eager.get(picked_eager, float("nan"))
+        / direct_eager[best_eager],
+        "gpu_ratio": gpu.get("apply", float("nan")) / direct_gpu[best_gpu],
+    }
+
+
+def print_summary(rows: list[dict[str, Any]]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    view = Table(title=f"apply against the best direct solution (bar: within {BAR - 1:.0%})")
+    for column in (
+        "definition",
+        "axes",
+        "best eager",
+        "apply chose",
+        "apply/best eager",
+        "chosen/best eager",
+        "best gpu",
+        "in graphs",
+        "apply/best gpu",
+    ):
+        view.add_column(column)
+    failed = 0
+    for row in rows:
+        bad = row["eager_ratio"] > BAR or not row["gpu_ratio"] <= BAR
+        failed += bad
+        view.add_row(
+            row["definition"],
+            str(row["axes"]),
+            f"{row['best_eager']} {row['eager_us'][row['best_eager']]:.4g}",
+            row["apply_chose_eager"],
+            f"{row['eager_ratio']:.3f}" + (" over" if row["eager_ratio"] > BAR else ""),
+            f"{row['choice_eager_ratio']:.3f}",
+            f"{row['best_gpu']} {row['gpu_us'][row['best_gpu']]:.4g}",
+            row["apply_chose_gpu"],
+            f"{row['gpu_ratio']:.3f}" + ("" if row["gpu_ratio"] <= BAR else " over"),
+        )
+    Console(width=200).print(view)
+    print(f"{len(rows) - failed} of {len(rows)} shapes within the bar")
+    return 1 if failed else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="definitions, families or op_types")
+    parser.add_argument("--no-write", action="store_true", help="print, write no JSON")
+    arguments = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_apply_choice needs a GPU")
+    sys.exit(print_summary(measure(arguments.names or None, not arguments.no_write)))
+
+
+if __name__ == "__main__":
+    main()
