@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 import torch
 
 import kernelarena
 import kernelarena.ops as ops
+from kernelarena.build import build_solution
 from kernelarena.library import load_library
 from kernelarena.testing import assert_close
 from tests.dispatch.toys import add, timed, workload
@@ -39,3 +43,44 @@ def test_cuda_winners_of_three_languages_run_in_process() -> None:
         assert_close(ops.scale(x, 1.5), expected, 1e-2, 1e-2)
     built = {name for name, device in runtime._runnables if device.startswith("cuda")}
     assert built == {f"scale_bf16_{w}" for w in winners.values()}
+
+
+def test_inside_cuda_graph_capture_apply_runs_the_gpu_time_winner() -> None:
+    """triton is faster on the GPU, torch_eager per eager call (made-up figures): an eager call
+    runs torch_eager, a captured one triton, at the same key."""
+    library = load_library()
+    library.traces.pop("scale_bf16", None)
+    definition = library.definitions["scale_bf16"]
+    gpu = torch.cuda.get_device_name(0)
+    load = workload(definition, rows=64, cols=64)
+    names = {"triton": (1.0, 30.0), "torch_eager": (5.0, 6.0)}  # (GPU us, eager us)
+    solutions = {name: library.solutions[f"scale_bf16_{name}"] for name in names}
+    add(
+        library,
+        *(
+            timed(definition, solutions[n], load, g, hardware=gpu, eager_us=e)
+            for n, (g, e) in names.items()
+        ),
+    )
+    runtime = kernelarena.enable_apply(library)
+    ran: list[str] = []
+    for name, solution in solutions.items():
+        built = build_solution(definition, solution, "cuda:0")
+
+        def counted(*args: Any, _fn: Any = built.fn, _name: str = name) -> Any:
+            ran.append(_name)
+            return _fn(*args)
+
+        runtime._runnables[(solution.name, "cuda:0")] = dataclasses.replace(built, fn=counted)
+    x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    expected = (x.float() * 1.5).to(torch.bfloat16)
+    assert_close(ops.scale(x, 1.5), expected, 1e-2, 1e-2)
+    runtime._runnables[(solutions["triton"].name, "cuda:0")](x, 1.5, torch.empty_like(x))  # tuned
+    assert ran == ["torch_eager", "triton"]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.scale(x, 1.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert ran[2:] == ["triton"]
+    assert_close(captured, expected, 1e-2, 1e-2)
