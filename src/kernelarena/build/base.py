@@ -70,15 +70,24 @@ def check_signature(fn: Callable[..., Any], definition: Definition, solution: So
         ) from None
 
 
+# spec.binding of CUDA and C++ solutions (FlashInfer-Bench's names); none means tvm-ffi.
+BINDINGS = ("tvm-ffi", "torch")
+
+
 def builder_for(solution: Solution) -> Builder:
     from kernelarena.build.cuda import CudaBuilder
     from kernelarena.build.python import PythonBuilder
+    from kernelarena.build.torch_extension import TorchExtensionBuilder
 
-    builders: tuple[Builder, ...] = (PythonBuilder(), CudaBuilder())
-    for builder in builders:
-        if solution.spec.language in builder.languages:
-            return builder
-    raise BuildError(f"spec.language: no builder for '{solution.spec.language.value}' here")
+    language = solution.spec.language
+    if language in (Language.CUDA, Language.CPP):
+        binding = solution.spec.binding or "tvm-ffi"
+        if binding not in BINDINGS:
+            raise BuildError(f"spec.binding: '{binding}' is not one of {list(BINDINGS)}")
+        return TorchExtensionBuilder() if binding == "torch" else CudaBuilder()
+    if language in PythonBuilder.languages:
+        return PythonBuilder()
+    raise BuildError(f"spec.language: no builder for '{language.value}' here")
 
 
 def build_solution(definition: Definition, solution: Solution, device: str = "cpu") -> Runnable:

@@ -113,7 +113,7 @@ class CudaBuilder:
                 raise BuildError("sources: no .cu or .cpp file to compile")
             environment = {
                 "CUDA_HOME": str(cuda_home()),
-                "TVM_FFI_CUDA_ARCH_LIST": _arch_list_entry(arch),
+                "TVM_FFI_CUDA_ARCH_LIST": arch_list_entry(arch),
             }
             saved = {k: os.environ.get(k) for k in environment}
             os.environ.update(environment)
@@ -129,7 +129,9 @@ class CudaBuilder:
                     build_directory=str(folder),
                 )
             except Exception as error:
-                raise BuildError(f"compiling for sm_{arch} failed:\n{_trim(str(error))}") from None
+                raise BuildError(
+                    f"compiling for sm_{arch} failed:\n{trim_log(str(error))}"
+                ) from None
             finally:
                 for k, v in saved.items():
                     if v is None:
@@ -157,7 +159,7 @@ class CudaBuilder:
         )
 
 
-def _arch_list_entry(arch: str) -> str:
+def arch_list_entry(arch: str) -> str:
     """'90a' -> '9.0a', '100a' -> '10.0a', '89' -> '8.9' (tvm-ffi's TVM_FFI_CUDA_ARCH_LIST form)."""
     match = re.fullmatch(r"(\d+)(\d)([af]?)", arch)
     if match is None:
@@ -166,5 +168,5 @@ def _arch_list_entry(arch: str) -> str:
     return f"{major}.{minor}{suffix}"
 
 
-def _trim(log: str, limit: int = 6000) -> str:
+def trim_log(log: str, limit: int = 6000) -> str:
     return log if len(log) <= limit else log[:2000] + "\n...\n" + log[-(limit - 2000) :]
