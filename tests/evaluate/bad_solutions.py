@@ -54,7 +54,9 @@ GPU_CASES: dict[str, tuple[Status, bool, str]] = {
 }
 
 
-def solution(stem: str, destination_passing_style: bool, name: str | None = None) -> Solution:
+def solution(
+    stem: str, destination_passing_style: bool, name: str | None = None, folder: Path = FIXTURES
+) -> Solution:
     return Solution(
         name=name or f"vector_scale_{stem}",
         definition=DEFINITION.name,
@@ -65,7 +67,7 @@ def solution(stem: str, destination_passing_style: bool, name: str | None = None
             entry_point=f"{stem}.py::run",
             destination_passing_style=destination_passing_style,
         ),
-        sources=[SourceFile(path=f"{stem}.py", content=(FIXTURES / f"{stem}.py").read_text())],
+        sources=[SourceFile(path=f"{stem}.py", content=(folder / f"{stem}.py").read_text())],
     )
 
 
@@ -73,13 +75,16 @@ def trace_set(
     cases: dict[str, tuple[Status, bool, str]],
     root: Path | None = None,
     sizes: tuple[int, ...] = (1000,),
+    folders: tuple[Path, ...] = (FIXTURES,),
 ) -> TraceSet:
-    """The definition, a good solution first and last, every bad one in between."""
+    """The definition, a good solution first and last, every bad one in between (each found in
+    the first of ``folders`` that has it)."""
     made = TraceSet(root=root)
     made.add_definition(DEFINITION)
     made.add_solution(solution("good", True, name="vector_scale_good_first"))
     for stem, (_, dps, _) in cases.items():
-        made.add_solution(solution(stem, dps))
+        folder = next(f for f in folders if (f / f"{stem}.py").exists())
+        made.add_solution(solution(stem, dps, folder=folder))
     for size in sizes:
         made.add_workload(
             DEFINITION.name,

@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 import torch
 
-from kernelarena.evaluate import evaluator as evaluator_module
-from kernelarena.evaluate.evaluator import Evaluator
-from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.timing import Timing, probe_cuda_graph, summarize, time_cuda_graph
-
-ENVIRONMENT = {"hardware": "test"}
+from kernelarena.evaluate import timing as timing_module
+from kernelarena.evaluate.timing import (
+    Timing,
+    prefers_graph,
+    probe_cuda_graph,
+    summarize,
+    time_cuda_graph,
+)
 
 
 def _timing(ms: float) -> Timing:
@@ -39,10 +41,14 @@ def _stand_ins(
         called.append("events")
         return events
 
-    monkeypatch.setattr(evaluator_module, "probe_cuda_graph", fake_probe)
-    monkeypatch.setattr(evaluator_module, "time_cuda", fake_events)
+    monkeypatch.setattr(timing_module, "probe_cuda_graph", fake_probe)
+    monkeypatch.setattr(timing_module, "time_cuda", fake_events)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     return called
+
+
+def _short(fn: Any, device: torch.device, graph_below_us: float) -> bool:
+    return prefers_graph(fn, device, warmup=3, graph_below_us=graph_below_us)
 
 
 def _host_bound(seconds: float = 150e-6) -> Any:
@@ -61,8 +67,8 @@ def test_a_call_slow_on_the_host_but_short_on_the_gpu_is_timed_as_a_graph(
 ) -> None:
     """An autotuned Triton launcher: 110 us per call with events (its Python), 18 us on the GPU."""
     called = _stand_ins(monkeypatch, probe=_timing(0.018), events=_timing(0.110))
-    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
-    assert evaluator._short(_host_bound(), Options(graph_below_us=100.0))
+    device = torch.device("cuda:0")
+    assert _short(_host_bound(), device, 100.0)
     assert called == ["events", "probe"]
 
 
@@ -71,23 +77,23 @@ def test_a_call_long_on_the_gpu_is_timed_with_events_without_a_graph_probe(
 ) -> None:
     """The host submits in far less time than the events measured: the GPU is the slower side."""
     called = _stand_ins(monkeypatch, probe=_timing(0.010), events=_timing(0.250))
-    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
-    assert not evaluator._short(lambda i: None, Options(graph_below_us=100.0))
+    device = torch.device("cuda:0")
+    assert not _short(lambda i: None, device, 100.0)
     assert called == ["events"]
 
 
 def test_a_call_short_with_events_is_timed_as_a_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     called = _stand_ins(monkeypatch, probe=_timing(0.500), events=_timing(0.010))
-    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
-    assert evaluator._short(lambda i: None, Options(graph_below_us=100.0))
+    device = torch.device("cuda:0")
+    assert _short(lambda i: None, device, 100.0)
     assert called == ["events"]
 
 
 def test_the_threshold_is_graph_below_us(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_ins(monkeypatch, probe=_timing(0.050), events=_timing(0.050))
-    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
-    assert evaluator._short(lambda i: None, Options(graph_below_us=60.0))
-    assert not evaluator._short(lambda i: None, Options(graph_below_us=40.0))
+    device = torch.device("cuda:0")
+    assert _short(lambda i: None, device, 60.0)
+    assert not _short(lambda i: None, device, 40.0)
 
 
 def test_a_host_bound_call_that_cannot_be_captured_is_timed_with_events(
@@ -96,15 +102,15 @@ def test_a_host_bound_call_that_cannot_be_captured_is_timed_with_events(
     """Graph timing would fail the same way: events."""
     failure = RuntimeError("operation not permitted when stream is capturing")
     called = _stand_ins(monkeypatch, probe=failure, events=_timing(0.200))
-    evaluator = Evaluator(torch.device("cuda:0"), ENVIRONMENT)
-    assert not evaluator._short(_host_bound(), Options())
+    device = torch.device("cuda:0")
+    assert not _short(_host_bound(), device, 100.0)
     assert called == ["events", "probe"]
 
 
 def test_on_cpu_the_clock_times_without_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     called = _stand_ins(monkeypatch, probe=_timing(0.001), events=_timing(0.001))
-    evaluator = Evaluator(torch.device("cpu"), ENVIRONMENT)
-    assert not evaluator._short(lambda i: None, Options())
+    device = torch.device("cpu")
+    assert not _short(lambda i: None, device, 100.0)
     assert called == []
 
 
@@ -124,8 +130,7 @@ def test_gpu_probe_measures_the_gpu_not_the_host() -> None:
     probe = probe_cuda_graph(call, device)
     assert probe.median_ms < 0.1, probe
     assert torch.equal(out, x * 2.0)
-    evaluator = Evaluator(device, ENVIRONMENT)
-    assert evaluator._short(call, Options(graph_below_us=100.0))
+    assert _short(call, device, 100.0)
 
 
 @pytest.mark.gpu

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +57,7 @@ class LocalExecutor:
             raise ValueError("devices: at least one device is needed")
         self.devices = list(devices)
         self.timeouts = timeouts or Timeouts()
+        self._owns_log_dir = log_dir is None
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kernelarena-workers-"))
         self.measure_ceilings = measure_ceilings
         self._workers: list[_Worker] = []
@@ -92,6 +94,14 @@ class LocalExecutor:
                 worker.process.kill()
                 worker.process.join()
         self._workers = []
+        self._remove_folders()
+
+    def _remove_folders(self) -> None:
+        """The workers' logs (their content is in the traces) and arenas a killed worker left."""
+        for arena in Path("/dev/shm").glob(f"{self.log_dir.name}-arena-*"):
+            shutil.rmtree(arena, ignore_errors=True)
+        if self._owns_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalExecutor:
         self.start()

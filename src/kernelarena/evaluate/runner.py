@@ -110,9 +110,12 @@ def plan(
             if solution_matches(s, solutions)
             and (on_gpu or s.runs_on("cpu") or s.spec.language in (Language.CUDA, Language.CPP))
         ]
-        for workload in select_workloads(trace_set.workloads_for(definition.name), suite, on_gpu):
-            root = trace_set.blob_roots.get(workload.uuid, trace_set.root)
-            for solution in candidates:
+        workloads = select_workloads(trace_set.workloads_for(definition.name), suite, on_gpu)
+        # Solution by solution: each solution runs in a sandbox process of its own, started once
+        # and kept for all its workloads.
+        for solution in candidates:
+            for workload in workloads:
+                root = trace_set.blob_roots.get(workload.uuid, trace_set.root)
                 jobs.append(
                     Job(
                         len(jobs),

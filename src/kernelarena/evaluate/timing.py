@@ -227,3 +227,34 @@ def time_cpu(
         if iteration + 1 >= min_iterations and (time.perf_counter() - started) * 1e3 > budget_ms:
             break
     return summarize(samples, "cpu_clock")
+
+
+def prefers_graph(fn: Call, device: torch.device, *, warmup: int, graph_below_us: float) -> bool:
+    """The GPU time of a call decides the mode: under ``graph_below_us``, CUDA graphs (launch
+    gaps would dominate per-call events), so the longer event run is spent only where it is
+    used. A few calls timed with events give the GPU time when the GPU is the slower side;
+    when the host takes as long to submit a call as the events measured (an autotuned Triton
+    launcher: 70-110 us of Python for a 2-35 us kernel), events measure the host, and a graph
+    of two calls replayed gives the GPU time instead. Long GPU-bound calls (a copy of a GiB)
+    are never captured by the probe. A call that cannot be captured is timed with events."""
+    if device.type != "cuda":
+        return False
+    with torch.no_grad():
+        events = time_cuda(
+            fn, device, warmup=warmup, max_iterations=5, min_iterations=5, budget_ms=0.0
+        )
+        if events.median_ms * 1e3 < graph_below_us:
+            return True
+        submitted = time.perf_counter()
+        for i in range(3):
+            fn(i)
+        host_ms = (time.perf_counter() - submitted) * 1e3 / 3
+        torch.cuda.synchronize(device)
+        if host_ms < 0.5 * events.median_ms:
+            return False  # the GPU is the slower side: the events measured it
+        try:
+            probe = probe_cuda_graph(fn, device, warmup=warmup)
+        except Exception:  # not capturable; a call that fails outright fails again in events
+            torch.cuda.synchronize(device)
+            return False
+    return probe.median_ms * 1e3 < graph_below_us

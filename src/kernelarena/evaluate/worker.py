@@ -1,17 +1,20 @@
-"""The worker process: the only place solution code runs.
+"""The worker process: the judge of one device. It never imports solution code.
 
 One persistent worker per device. The parent sends jobs over a pipe as JSON-ready dicts; the worker
 answers ``("stage", id, "running")`` once the solution is built (so the parent's run timeout starts
-after compilation) and ``("result", id, outcome)`` when done. Everything the solution prints, and what
-a crash prints from C code, goes to the worker's log file; each trace gets the part written during its
-job. After an error that leaves the CUDA context unusable the worker exits and the parent replaces it.
+after compilation) and ``("result", id, outcome)`` when done. Solutions run in sandbox processes the
+worker starts (``sandboxes``), one per solution; what they print, and what a crash prints from C code,
+goes to their log files, and each trace gets the part written during its job. The worker is
+undumpable and a child subreaper (``confine.guard_judge``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -25,8 +28,15 @@ LOG_TAIL = 6000
 
 def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceilings: bool) -> None:
     entered = time.time()
-    _redirect_output(log_path)
+    redirect_output(log_path)
     _exit_with_parent()
+    from kernelarena.evaluate.confine import guard_judge
+    from kernelarena.evaluate.sandboxes import Sandboxes
+
+    guard_judge()
+    arena_folder = _arena_folder(Path(log_path).parent)
+    # The first sandbox starts now, beside this process's own start-up.
+    sandboxes = Sandboxes(device_name, Path(log_path).parent, _sandbox_writable(arena_folder))
     if not device_name.startswith("cuda"):
         # The Triton interpreter must be chosen before any kernel module is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -52,7 +62,7 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
     ceilings = ceilings_module.measure_ceilings(device) if measure_ceilings else {}
     phases.done("ceilings_s")
     environment = describe(device, ceilings)
-    evaluator = Evaluator(device, environment)
+    evaluator = Evaluator(device, environment, sandboxes, arena_folder)
     phases.done("environment_s")
     startup = {"phases_s": phases.seconds, "entered_at": entered, "ready_at": time.time()}
     print(f"kernelarena worker on {device_name} ready: {describe_startup(startup)}", flush=True)
@@ -71,6 +81,7 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
             profiler.dump_stats(str(Path(profile_dir) / f"worker-{os.getpid()}.prof"))
     else:
         _serve(conn, evaluator, log_path)
+    evaluator.close()
     # Done: every result is sent and the log flushed. Skipping the interpreter's and CUDA's
     # teardown (~0.5 s on an H200) lets the command line exit that much sooner.
     sys.stdout.flush()
@@ -117,6 +128,7 @@ def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
             result["trace"] = trace.to_json_dict()
         conn.send(("result", job_id, result))
         if outcome.fatal:
+            evaluator.close()
             sys.stdout.flush()
             os._exit(3)
 
@@ -192,7 +204,33 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _redirect_output(log_path: str) -> None:
+def _arena_folder(log_folder: Path) -> Path:
+    """Where CPU tensors shared with sandboxes live: memory-backed where there is /dev/shm, named
+    after the executor's log folder so that the executor removes it with that folder."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else log_folder
+    return Path(tempfile.mkdtemp(prefix=f"{log_folder.name}-arena-", dir=base))
+
+
+def _sandbox_writable(arena_folder: Path) -> list[str]:
+    """The folders a sandbox may change: build caches (kernelarena's, Triton's, Inductor's, the
+    CUDA driver's), /dev (device files, shared memory) and the arena. Its own temporary folder is
+    added per sandbox. Everything else, the datasets and kernelarena's own files included, is
+    read-only to solution code where the kernel has Landlock."""
+    from kernelarena.build.cache import cache_root
+
+    home = Path.home()
+    inductor = os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+    triton = os.environ.get("TRITON_CACHE_DIR") or str(home / ".triton")
+    folders = [cache_root(), Path(inductor), Path(triton), home / ".nv", home / ".cache"]
+    for folder in folders:
+        # A folder that cannot be made here cannot be written by a sandbox either.
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+    return [str(f) for f in folders] + ["/dev", str(arena_folder)]
+
+
+def redirect_output(log_path: str) -> None:
     """Point file descriptors 1 and 2 at the log, so output from C and CUDA code is kept too."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

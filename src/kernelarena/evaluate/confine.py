@@ -1,0 +1,163 @@
+"""What the operating system can do to keep a solution's process away from its judge.
+
+The sandbox confines itself before any solution code is imported: Landlock (Linux 5.13+) takes away
+the right to create, write, truncate or delete files outside the folders a build needs (its own
+temporary folder, the build caches, ``/dev``), to ptrace or read the memory of processes outside
+it, and (Landlock ABI 6+) to signal them; the parent-death signal kills it with its judge. The judge
+makes itself undumpable (no ``/proc/<pid>/mem`` for its peers) and a child subreaper, so that a
+process the solution forks and orphans becomes the judge's child, where ``descendants`` finds it.
+Every step is best effort on kernels without the feature, and ``describe`` says what holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_CHILD_SUBREAPER = 36
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+
+# Landlock file-system rights that change the file system; reading and executing stay open. ABI 1:
+# WRITE_FILE and REMOVE_DIR through MAKE_SYM (bits 1, 4-12); ABI 2 adds REFER, ABI 3 TRUNCATE.
+_WRITE_RIGHTS_BY_ABI = {1: (1 << 1) | sum(1 << bit for bit in range(4, 13)), 2: 1 << 13, 3: 1 << 14}
+_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+_SCOPE_SIGNAL = 1 << 1
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 without Landlock."""
+    try:
+        version = int(_libc().syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, 1))
+    except (OSError, AttributeError):
+        return 0
+    return max(version, 0)
+
+
+def confine_writes(writable: Iterable[str | Path]) -> str:
+    """Allow file-system changes only beneath ``writable`` for this process and its children, for
+    good; also scopes ptrace and (ABI 6+) signals to them. Returns what holds, for the log."""
+    abi = landlock_abi()
+    if abi < 1:
+        return "no Landlock in this kernel: file writes are not confined"
+    libc = _libc()
+    rights = 0
+    for version, bits in _WRITE_RIGHTS_BY_ABI.items():
+        if abi >= version:
+            rights |= bits
+    scoped = (_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0
+    attr = _RulesetAttr(rights, 0, scoped)
+    # Older kernels take the larger struct as long as the fields they do not know are zero.
+    size = ctypes.sizeof(_RulesetAttr)
+    ruleset = int(libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0))
+    if ruleset < 0:
+        return f"Landlock refused a ruleset: {os.strerror(ctypes.get_errno())}"
+    try:
+        for folder in writable:
+            try:
+                fd = os.open(str(folder), os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a cache folder that does not exist yet cannot be written either
+            try:
+                rule = _PathBeneathAttr(rights, fd)
+                libc.syscall(
+                    _SYS_LANDLOCK_ADD_RULE,
+                    ruleset,
+                    _LANDLOCK_RULE_PATH_BENEATH,
+                    ctypes.byref(rule),
+                    0,
+                )
+            finally:
+                os.close(fd)
+        libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if int(libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0)) != 0:
+            return f"Landlock refused to restrict: {os.strerror(ctypes.get_errno())}"
+    finally:
+        os.close(ruleset)
+    signals = ", signals" if scoped else ""
+    return f"Landlock ABI {abi}: writes confined, ptrace{signals} scoped"
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the one that started it exits."""
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def guard_judge() -> None:
+    """Undumpable (same-user processes cannot read its memory through /proc) and a subreaper (a
+    process a solution forks and orphans becomes its child, so ``descendants`` finds it)."""
+    try:
+        libc = _libc()
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # "pid (command) state ppid ...": the command may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and fields[0] != b"Z":
+            parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def descendants(root: int) -> list[int]:
+    """Live (not zombie) processes below ``root``."""
+    try:
+        parents = _parents()
+    except OSError:
+        return []
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found: list[int] = []
+    frontier = list(children.get(root, []))
+    while frontier:
+        pid = frontier.pop()
+        found.append(pid)
+        frontier += children.get(pid, [])
+    return found
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)

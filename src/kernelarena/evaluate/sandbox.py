@@ -1,0 +1,303 @@
+"""The sandbox process: the only place solution code runs, and nothing of the verdict lives here.
+
+A judge (``kernelarena.evaluate.judge``) starts one sandbox per solution. The sandbox confines itself
+(``confine``), imports torch, and then builds and calls exactly one solution on tensors the judge
+shares with it (``arena``). It answers each request with one JSON message: what a call returned (types,
+dtypes, shapes), the samples of its own timers, an error's traceback. The judge treats all of it as
+claims to check. Requests come pickled from the judge, the trusted side; answers go back as bounded
+JSON, which the judge parses without executing anything. Whatever the solution patches here (the
+compare function, torch, the timers, this module) changes only what this process claims.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+REPLY_LIMIT = 1 << 20
+
+
+@dataclass
+class _Bound:
+    arguments: list[Any]
+    outputs: list[Any]  # the destinations of the non-aliased outputs, in the definition's order
+    slots: list[int] = field(default_factory=list)  # for each returned value: its destination
+
+
+class Sandbox:
+    def __init__(self, conn: Connection, device: Any) -> None:
+        import torch
+
+        self.torch = torch
+        self.conn = conn
+        self.device = device
+        self.on_gpu = device.type == "cuda"
+        self.runnable: Any = None
+        self.sets: dict[int, _Bound] = {}
+        self.graph: Any = None
+        self.graph_calls = 0
+
+    def serve(self) -> None:
+        while True:
+            try:
+                request = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            operation, arguments = request[0], request[1:]
+            if operation == "stop":
+                return
+            try:
+                reply = getattr(self, "_" + operation)(*arguments)
+            except BaseException as error:  # SystemExit too: the solution's, not ours
+                reply = self._failure(error)
+            self._send(reply)
+
+    def _send(self, reply: dict[str, Any]) -> None:
+        data = json.dumps(reply, default=str).encode()
+        if len(data) > REPLY_LIMIT:
+            data = json.dumps({"error": "reply too long", "kind": "runtime"}).encode()
+        self.conn.send_bytes(data)
+
+    def _failure(self, error: BaseException) -> dict[str, Any]:
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        name = type(error).__name__
+        kind = "runtime"
+        if isinstance(error, NotImplementedError):
+            kind = "unsupported"
+        elif "CompilationError" in name or "CompileTimeAssertionFailure" in name:
+            kind = "compile"
+        elif "out of memory" in str(error).lower():
+            kind = "oom"
+        return {"error": text[-6000:], "kind": kind, "healthy": self._healthy()}
+
+    def _healthy(self) -> bool:
+        if not self.on_gpu:
+            return True
+        try:
+            self.torch.cuda.synchronize(self.device)
+            return float(self.torch.ones(1, device=self.device).add_(1).item()) == 2.0
+        except Exception:
+            return False
+
+    def _sync(self) -> None:
+        if self.on_gpu:
+            self.torch.cuda.synchronize(self.device)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _ping(self) -> dict[str, Any]:
+        return {"ok": True}
+
+    def _build(self, definition_json: dict[str, Any], solution_json: dict[str, Any]) -> Any:
+        from kernelarena.build import BuildError, DependencyMissing, build_solution
+        from kernelarena.data import Definition, Solution
+
+        definition = Definition.model_validate(definition_json)
+        solution = Solution.model_validate(solution_json)
+        try:
+            self.runnable = build_solution(definition, solution, str(self.device))
+        except DependencyMissing as error:
+            return {"skipped": str(error)}
+        except BuildError as error:
+            return {"build_error": str(error)[-8000:]}
+        metadata = {k: str(v) for k, v in self.runnable.metadata.items()}
+        return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
+
+    def _bind(self, set_id: int, arguments: list[Any], outputs: list[Any], slots: list[int]) -> Any:
+        from kernelarena.evaluate.arena import open_handle
+
+        def value(item: tuple[str, Any]) -> Any:
+            return open_handle(item[1]) if item[0] == "tensor" else item[1]
+
+        self.sets[set_id] = _Bound(
+            [value(a) for a in arguments], [open_handle(h) for h in outputs], slots
+        )
+        return {"ok": True}
+
+    def _forget(self, set_ids: list[int]) -> dict[str, Any]:
+        for set_id in set_ids:
+            self.sets.pop(set_id, None)
+        self.graph = None
+        return {"ok": True}
+
+    def _arguments(self, bound: _Bound) -> list[Any]:
+        if self.runnable.destination_passing_style:
+            return bound.arguments + bound.outputs
+        return bound.arguments
+
+    def _call(self, set_id: int) -> dict[str, Any]:
+        bound = self.sets[set_id]
+        with self.torch.no_grad():
+            result = self.runnable(*self._arguments(bound))
+            self._sync()
+            returned = (
+                None if self.runnable.destination_passing_style else self._deliver(bound, result)
+            )
+        self._sync()
+        return {"ok": True, "returned": returned}
+
+    def _deliver(self, bound: _Bound, result: Any) -> list[dict[str, Any]]:
+        """Describe a value-returning call's results and copy those that fit into the judge's
+        destinations, where the judge compares them."""
+        torch = self.torch
+        values = list(result) if isinstance(result, tuple | list) else [result]
+        described: list[dict[str, Any]] = []
+        for index, value in enumerate(values):
+            if not isinstance(value, torch.Tensor):
+                described.append({"type": type(value).__name__})
+                continue
+            described.append(
+                {"type": "Tensor", "dtype": str(value.dtype), "shape": list(value.shape)}
+            )
+            slot = bound.slots[index] if index < len(bound.slots) else -1
+            if slot >= 0:
+                target = bound.outputs[slot]
+                if target.dtype == value.dtype and target.shape == value.shape:
+                    target.copy_(value)
+        return described
+
+    def _caller(self, set_ids: list[int]) -> Any:
+        bound = [self._arguments(self.sets[i]) for i in set_ids]
+        runnable = self.runnable
+        return lambda i: runnable(*bound[i % len(bound)])
+
+    def _probe(self, set_ids: list[int], options: dict[str, Any]) -> dict[str, Any]:
+        from kernelarena.evaluate.timing import prefers_graph
+
+        graph = prefers_graph(
+            self._caller(set_ids),
+            self.device,
+            warmup=options["warmup"],
+            graph_below_us=options["graph_below_us"],
+        )
+        return {"graph": graph}
+
+    def _time(self, set_ids: list[int], options: dict[str, Any], graph: bool) -> dict[str, Any]:
+        from kernelarena.evaluate.timing import time_cpu, time_cuda
+
+        torch, fn = self.torch, self._caller(set_ids)
+        with torch.no_grad():
+            if graph:
+                samples = self._graph_samples(fn, max(20, len(set_ids)), options)
+                if samples is not None:
+                    return {"mode": "cuda_graph", "samples_ms": samples}
+            if not self.on_gpu:
+                timing = time_cpu(
+                    fn,
+                    warmup=options["warmup"],
+                    max_iterations=options["max_iterations"],
+                    min_iterations=min(3, options["min_iterations"]),
+                    budget_ms=options["budget_ms"],
+                )
+            else:
+                timing = time_cuda(
+                    fn,
+                    self.device,
+                    warmup=options["warmup"],
+                    max_iterations=options["max_iterations"],
+                    min_iterations=options["min_iterations"],
+                    budget_ms=options["budget_ms"],
+                )
+        return {"mode": timing.mode, "samples_ms": timing.samples_ms}
+
+    def _graph_samples(self, fn: Any, calls: int, options: dict[str, Any]) -> list[float] | None:
+        """Capture ``calls`` calls in one graph, kept for the judge's ``replay``; time its replays."""
+        torch, device = self.torch, self.device
+        try:
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for i in range(options["warmup"]):
+                    fn(i)
+            torch.cuda.current_stream(device).wait_stream(side)
+            torch.cuda.synchronize(device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(calls):
+                    fn(i)
+            graph.replay()
+            torch.cuda.synchronize(device)
+        except Exception:  # not capturable: host syncs, allocations outside the graph pool
+            torch.cuda.synchronize(device)
+            return None
+        self.graph, self.graph_calls = graph, calls
+        stream = torch.cuda.current_stream(device)
+        budget = options.get("graph_budget_ms")
+        samples, spent = [], 0.0
+        for replay in range(30):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            graph.replay()
+            end.record(stream)
+            end.synchronize()
+            replay_ms = start.elapsed_time(end)
+            samples.append(replay_ms / calls)
+            spent += replay_ms
+            if budget is not None and replay + 1 >= 5 and spent >= budget:
+                break
+        return samples
+
+    def _eager(self, set_ids: list[int], count: int, deliver: bool) -> dict[str, Any]:
+        """``count`` calls over the sets in turn, back to back, then the device synchronized: the
+        judge's clock runs around this request. With ``deliver``, each set is called once and a
+        value-returning solution's results land in the judge's buffers."""
+        fn = self._caller(set_ids)
+        with self.torch.no_grad():
+            results = [fn(i) for i in range(count)]
+            self._sync()
+            if deliver and not self.runnable.destination_passing_style:
+                for set_id, result in zip(set_ids, results, strict=False):
+                    self._deliver(self.sets[set_id], result)
+                self._sync()
+        return {"ok": True}
+
+    def _replay(self, count: int) -> dict[str, Any]:
+        if self.graph is None:
+            return {"error": "no graph was captured", "kind": "runtime", "healthy": True}
+        for _ in range(count):
+            self.graph.replay()
+        self._sync()
+        return {"ok": True, "calls": self.graph_calls}
+
+
+def main(argv: list[str]) -> None:
+    fd, device_name, log_path = int(argv[0]), argv[1], argv[2]
+    writable = argv[3:]
+    from kernelarena.evaluate.confine import confine_writes, die_with_parent
+    from kernelarena.evaluate.worker import redirect_output
+
+    redirect_output(log_path)
+    die_with_parent()
+    if not device_name.startswith("cuda"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+    confinement = (
+        "not confined: KERNELARENA_UNCONFINED is set"
+        if os.environ.get("KERNELARENA_UNCONFINED") == "1"
+        else confine_writes(writable)
+    )
+    conn = Connection(fd)
+    import torch
+
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.cuda.synchronize(device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    import kernelarena.build  # noqa: F401  (its imports, before the first request waits on them)
+
+    print(f"kernelarena sandbox on {device_name}: {confinement}", flush=True)
+    conn.send_bytes(json.dumps({"ready": True, "confinement": confinement}).encode())
+    Sandbox(conn, device).serve()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,216 @@
+"""The judge's side of its sandbox processes: start, ask, pause, retire.
+
+One sandbox serves one solution and is never reused for another, so nothing a solution patches can
+reach the next one. While one works, a spare (torch imported, device initialised, no solution loaded)
+starts beside it, so the next solution does not wait for an interpreter. Requests go out pickled;
+answers come back as JSON of bounded size, parsed as data. A sandbox that dies, answers nonsense or
+leaves processes behind is retired, and the job says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kernelarena.evaluate.confine import descendants, kill_all
+from kernelarena.evaluate.worker import read_tail
+
+REPLY_LIMIT = 1 << 20
+
+
+class SandboxDied(Exception):
+    """The sandbox exited, broke the protocol or answered out of bounds; ``str`` says how."""
+
+
+class Sandbox:
+    def __init__(self, device: str, log_path: Path, writable: list[str], tmp: Path) -> None:
+        self.device = device
+        self.log_path = log_path
+        self.key: str | None = None
+        self.builds: dict[str, dict[str, Any]] = {}
+        self.round_trip_ms: float | None = None
+        self.confinement = ""
+        parent, child = Pipe()
+        command = [
+            sys.executable,
+            "-m",
+            "kernelarena.evaluate.sandbox",
+            str(child.fileno()),
+            device,
+            str(log_path),
+            *writable,
+        ]
+        environment = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+            TMPDIR=str(tmp),
+            # Inductor's compile workers would be processes left running after a job.
+            TORCHINDUCTOR_COMPILE_THREADS="1",
+        )
+        self.process = subprocess.Popen(
+            command, pass_fds=(child.fileno(),), env=environment, stdin=subprocess.DEVNULL
+        )
+        child.close()
+        self.conn: Connection = parent
+        self._ready = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait_ready(self, timeout: float) -> None:
+        if self._ready:
+            return
+        reply = self._receive(timeout)
+        if not reply.get("ready"):
+            raise SandboxDied(f"the sandbox did not start: {reply}")
+        self.confinement = str(reply.get("confinement", ""))
+        self._ready = True
+        self.round_trip_ms = min(self._timed_ping() for _ in range(3))
+
+    def _timed_ping(self) -> float:
+        started = time.perf_counter()
+        self.request("ping")
+        return (time.perf_counter() - started) * 1e3
+
+    def request(self, *message: Any, timeout: float | None = None) -> dict[str, Any]:
+        try:
+            self.conn.send(message)
+        except (OSError, BrokenPipeError):
+            raise SandboxDied(self._death_note()) from None
+        return self._receive(timeout)
+
+    def _receive(self, timeout: float | None) -> dict[str, Any]:
+        try:
+            if timeout is not None and not self.conn.poll(timeout):
+                raise SandboxDied(f"the sandbox did not answer within {timeout:g} s")
+            data = self.conn.recv_bytes(REPLY_LIMIT)
+        except (EOFError, OSError):
+            raise SandboxDied(self._death_note()) from None
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            raise SandboxDied("the solution's process answered something that is not a reply")
+        return reply
+
+    def _death_note(self) -> str:
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "the solution's process stopped answering\n" + read_tail(str(self.log_path))
+        if code < 0:
+            try:
+                cause = f"died from signal {signal.Signals(-code).name}"
+            except ValueError:
+                cause = f"died from signal {-code}"
+        else:
+            cause = f"exited with code {code}"
+        return f"the solution's process {cause} during its job\n" + read_tail(str(self.log_path))
+
+    def pause(self) -> None:
+        """Stop it (and what it started) while the judge times the reference: a thread left
+        running there could otherwise slow the reference and inflate the solution's speedup."""
+        for pid in [self.pid, *descendants(self.pid)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in [self.pid, *descendants(self.pid)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+
+    def strays(self) -> list[int]:
+        """Processes the solution started that still run once its job is over."""
+        return descendants(self.pid)
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def log_since(self, offset: int, limit: int = 6000) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except OSError:
+            return ""
+        return data[-limit:].decode("utf-8", errors="replace")
+
+    def retire(self) -> None:
+        kill_all([*descendants(self.pid), self.pid])
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+        self.conn.close()
+
+
+class Sandboxes:
+    """At most one sandbox with a solution loaded per judge, and one spare."""
+
+    def __init__(self, device: str, folder: Path, writable: list[str]) -> None:
+        self.device = device
+        self.folder = folder
+        self.writable = writable
+        self.startup_timeout_s = 600.0
+        self._spawned = 0
+        self.current: Sandbox | None = None
+        self.spare: Sandbox | None = self._spawn()
+
+    def _spawn(self) -> Sandbox:
+        self._spawned += 1
+        tmp = self.folder / f"sandbox-{self._spawned}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        log = self.folder / f"sandbox-{self.device.replace(':', '')}-{self._spawned}.log"
+        return Sandbox(self.device, log, [*self.writable, str(tmp)], tmp)
+
+    def for_solution(self, key: str) -> Sandbox:
+        """The sandbox serving ``key``: the current one if it does, else the spare, promoted."""
+        if self.current is not None and self.current.key == key and self.current.alive():
+            return self.current
+        self.retire()
+        sandbox = self.spare or self._spawn()
+        self.spare = None
+        try:
+            sandbox.wait_ready(self.startup_timeout_s)
+        finally:
+            self.spare = self._spawn()
+        sandbox.key = key
+        self.current = sandbox
+        return sandbox
+
+    def retire(self) -> None:
+        if self.current is not None:
+            self.current.retire()
+            self.current = None
+
+    def close(self) -> None:
+        self.retire()
+        if self.spare is not None:
+            self.spare.retire()
+            self.spare = None
+
+
+def with_sandbox_paused(sandbox: Sandbox | None, work: Callable[[], Any]) -> Any:
+    if sandbox is None:
+        return work()
+    sandbox.pause()
+    try:
+        return work()
+    finally:
+        sandbox.resume()

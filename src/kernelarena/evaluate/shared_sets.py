@@ -1,0 +1,290 @@
+"""Input sets the judge draws, shares with a sandbox, and checks the sandbox's outputs on.
+
+A set is one draw of a workload's inputs plus its output buffers, copied into the arena and bound in
+the sandbox under an id. The judge may keep a private copy of the inputs: the pristine values the
+reference runs on and the mutation check compares with, out of the sandbox's reach.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelarena.data import Correctness, Definition, Status, Workload
+from kernelarena.evaluate.arena import Arena
+from kernelarena.evaluate.compare import Comparison, compare, first_changed_input
+from kernelarena.evaluate.inputs import Value, allocate_outputs, generate_inputs, poison
+from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.sandboxes import Sandbox
+
+_set_ids = itertools.count()
+
+
+class CheckFailed(Exception):
+    def __init__(self, status: Status, log: str, correctness: Correctness | None = None) -> None:
+        super().__init__(log)
+        self.status = status
+        self.log = log
+        self.correctness = correctness
+
+
+@dataclass(frozen=True)
+class Job:
+    definition: Definition
+    workload: Workload
+    axes: dict[str, int]
+    reference: dict[str, Any]
+    options: Options
+    blob_root: Path | None
+    destination_passing_style: bool
+
+
+@dataclass
+class SharedSet:
+    id: int
+    seed: int
+    inputs: dict[str, Value]  # shared with the sandbox
+    outputs: dict[str, torch.Tensor]  # shared, non-aliased outputs
+    private: dict[str, Value] | None = None  # the judge's copy of the inputs
+    bytes: int = field(default=0)
+
+
+class SetMaker:
+    def __init__(self, arena: Arena, sandbox: Sandbox, job: Job, device: torch.device) -> None:
+        self.arena = arena
+        self.sandbox = sandbox
+        self.job = job
+        self.device = device
+        self._bound: list[SharedSet] = []
+
+    def draw(self, seed: int) -> dict[str, Value]:
+        job = self.job
+        return generate_inputs(
+            job.definition,
+            job.workload,
+            job.axes,
+            self.device,
+            seed,
+            job.reference.get("make_inputs"),
+            job.blob_root,
+        )
+
+    def make(self, seed: int, keep_private: bool = False) -> SharedSet:
+        definition = self.job.definition
+        private = self.draw(seed)
+        inputs: dict[str, Value] = {}
+        arguments: list[tuple[str, Any]] = []
+        size = 0
+        for name in definition.inputs:
+            value = private[name]
+            if isinstance(value, torch.Tensor):
+                shared, handle = self.arena.share(value)
+                inputs[name] = shared
+                arguments.append(("tensor", handle))
+                size += shared.numel() * shared.element_size()
+            else:
+                inputs[name] = value
+                arguments.append(("value", value))
+        outputs: dict[str, torch.Tensor] = {}
+        handles = []
+        for name, buffer in allocate_outputs(definition, self.job.axes, self.device).items():
+            outputs[name], handle = self.arena.share(buffer)
+            handles.append(handle)
+            size += buffer.numel() * buffer.element_size()
+        order = list(outputs)
+        slots = [order.index(n) if n in outputs else -1 for n in definition.outputs]
+        made = SharedSet(
+            next(_set_ids), seed, inputs, outputs, private if keep_private else None, size
+        )
+        self._synchronize()
+        _expect_ok(self.sandbox.request("bind", made.id, arguments, handles, slots))
+        self.arena.mapped()
+        self._bound.append(made)
+        return made
+
+    def refill(self, shared: SharedSet, seed: int, keep_private: bool) -> None:
+        """New values at the same addresses; outputs poisoned again."""
+        fresh = self.draw(seed)
+        for name, value in fresh.items():
+            target = shared.inputs[name]
+            if isinstance(target, torch.Tensor) and isinstance(value, torch.Tensor):
+                target.copy_(value)
+        shared.seed = seed
+        shared.private = fresh if keep_private else None
+        self.poison(shared)
+
+    def poison(self, shared: SharedSet) -> None:
+        for name, tensor in shared.outputs.items():
+            poison(tensor, self.job.definition.outputs[name].dtype)
+
+    def forget(self, sets: list[SharedSet]) -> None:
+        ids = {s.id for s in sets}
+        self._bound = [s for s in self._bound if s.id not in ids]
+        if ids and self.sandbox.alive():
+            self.sandbox.request("forget", sorted(ids))
+
+    def forget_all(self) -> None:
+        try:
+            self.forget(list(self._bound))
+        except Exception:  # a dead sandbox holds nothing any more
+            self._bound = []
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- calls and checks -----------------------------------------------------------------------
+
+    def call(self, shared: SharedSet) -> dict[str, torch.Tensor]:
+        self.poison(shared)
+        self._synchronize()
+        reply = self.sandbox.request("call", shared.id)
+        expect_success(reply)
+        if not self.job.destination_passing_style:
+            check_returned(self.job, reply.get("returned"))
+        return self.produced(shared)
+
+    def produced(self, shared: SharedSet) -> dict[str, torch.Tensor]:
+        produced = dict(shared.outputs)
+        for name, spec in self.job.definition.outputs.items():
+            if spec.aliases is not None:
+                value = shared.inputs[spec.aliases]
+                assert isinstance(value, torch.Tensor)
+                produced[name] = value
+        return produced
+
+    def expected(self, shared: SharedSet) -> dict[str, torch.Tensor]:
+        """The reference's outputs, run here on a copy of the judge's private inputs."""
+        definition = self.job.definition
+        private = shared.private if shared.private is not None else self.draw(shared.seed)
+        copies = [
+            v.clone() if isinstance(v, torch.Tensor) else v
+            for v in (private[n] for n in definition.inputs)
+        ]
+        with torch.no_grad():
+            result = self.job.reference["run"](*copies)
+        values = list(result) if isinstance(result, tuple | list) else [result]
+        names = list(definition.outputs)
+        if len(values) != len(names) or not all(isinstance(v, torch.Tensor) for v in values):
+            raise RuntimeError(
+                f"the definition's reference is broken: it returned {len(values)} values for "
+                f"outputs {names}"
+            )
+        return dict(zip(names, values, strict=True))
+
+    def compare_all(
+        self, produced: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
+    ) -> list[Comparison]:
+        definition = self.job.definition
+        return [
+            compare(
+                name, produced[name], expected[name], spec.dtype, definition.tolerance_for(name)
+            )
+            for name, spec in definition.outputs.items()
+        ]
+
+    def changed_input(self, shared: SharedSet) -> str | None:
+        aliased = {spec.aliases for spec in self.job.definition.outputs.values() if spec.aliases}
+        assert shared.private is not None
+        pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for name, before in shared.private.items():
+            current = shared.inputs.get(name)
+            if name in aliased or not isinstance(current, torch.Tensor):
+                continue
+            if isinstance(before, torch.Tensor):
+                pairs[name] = (before, current)
+        return first_changed_input(pairs)
+
+
+def expect_success(reply: dict[str, Any]) -> None:
+    if "error" in reply:
+        from kernelarena.evaluate.evaluator import SolutionFailed
+
+        raise SolutionFailed(reply)
+
+
+def _expect_ok(reply: dict[str, Any]) -> None:
+    expect_success(reply)
+    if reply.get("ok") is not True:
+        raise RuntimeError(f"the sandbox did not accept a request: {str(reply)[:200]}")
+
+
+def check_returned(job: Job, returned: Any) -> None:
+    """A value-returning call's results, as the sandbox describes them: count, type, dtype, shape.
+    (The values themselves are read from the judge's own buffers.)"""
+    definition = job.definition
+    names = list(definition.outputs)
+    if not isinstance(returned, list):
+        raise CheckFailed(Status.RUNTIME_ERROR, "the solution's process described no results")
+    if len(returned) != len(names):
+        raise CheckFailed(
+            Status.INCORRECT_SHAPE,
+            f"the solution returned {len(returned)} outputs; the definition has {len(names)} "
+            f"({', '.join(names)})",
+        )
+    for name, item in zip(names, returned, strict=True):
+        spec = definition.outputs[name]
+        kind = str(item.get("type")) if isinstance(item, dict) else "?"
+        if kind != "Tensor":
+            raise CheckFailed(
+                Status.INCORRECT_SHAPE,
+                f"the solution returned {kind[:40]} for output '{name}', not a tensor",
+            )
+        if str(item.get("dtype")) != str(spec.dtype.to_torch()):
+            raise CheckFailed(
+                Status.INCORRECT_DTYPE,
+                f"the solution: output '{name}' has dtype {str(item.get('dtype'))[:40]}, "
+                f"expected {spec.dtype.value}",
+            )
+        shape = tuple(definition.shape_of(spec, job.axes) or ())
+        got = item.get("shape")
+        if not isinstance(got, list) or tuple(got) != shape:
+            raise CheckFailed(
+                Status.INCORRECT_SHAPE,
+                f"the solution: output '{name}' has shape {_shape_text(got)}, expected {shape}",
+            )
+
+
+def _shape_text(shape: Any) -> str:
+    return str(tuple(shape))[:80] if isinstance(shape, list) else "unknown"
+
+
+def merge(worst: Correctness, comparisons: list[Comparison]) -> Correctness:
+    return Correctness(
+        max_absolute_error=max(
+            [worst.max_absolute_error, *(c.max_absolute_error for c in comparisons)]
+        ),
+        max_relative_error=max(
+            [worst.max_relative_error, *(c.max_relative_error for c in comparisons)]
+        ),
+        extra=worst.extra,
+    )
+
+
+def with_details(worst: Correctness, comparisons: list[Comparison]) -> Correctness:
+    merged = merge(worst, comparisons)
+    merged.extra = {
+        c.name: {
+            "mismatched": c.mismatched,
+            "total": c.total,
+            "first_mismatches": [
+                {
+                    "index": list(m["index"]),
+                    "got": _finite_or_text(m["got"]),
+                    "expected": _finite_or_text(m["expected"]),
+                }
+                for m in c.first_mismatches
+            ],
+        }
+        for c in comparisons
+        if not c.ok
+    }
+    return merged
+
+
+def _finite_or_text(value: float) -> float | str:
+    return value if value == value and abs(value) != float("inf") else str(value)

@@ -1,0 +1,260 @@
+"""Time a solution in its sandbox, then check the claim from the judge's side.
+
+The sandbox times the call the way ``docs/evaluation.md`` describes (a probe decides between CUDA
+graph replays over input sets rotated through twice the L2, and CUDA events with the L2 flushed), and
+sends its samples. The judge then refills every timed set in place with new values, poisons the
+outputs, and times one eager pass over all of them with its own clock around the sandbox's device
+synchronization. Every output must be complete the moment the pass returns (work left on another
+stream shows as poison) and the sets it draws at random must match the reference (results cached by
+address fail). For graph timing it also times replays of the sandbox's own graph. ``crosscheck``
+then decides whether the reported samples can be true. The reference is timed here, in the judge,
+with the sandbox stopped.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kernelarena.data import Correctness, Performance, ScalarInput, Status
+from kernelarena.evaluate.crosscheck import (
+    JudgeClock,
+    check_reported,
+    host_bound_note,
+    physics_floor_ms,
+    reported_timing,
+)
+from kernelarena.evaluate.inputs import seed_for
+from kernelarena.evaluate.sandboxes import with_sandbox_paused
+from kernelarena.evaluate.shared_sets import (
+    CheckFailed,
+    SetMaker,
+    SharedSet,
+    expect_success,
+    with_details,
+)
+from kernelarena.evaluate.timing import Timing, time_cpu, time_cuda, time_cuda_graph
+
+if TYPE_CHECKING:
+    from kernelarena.evaluate.evaluator import Evaluator
+
+# The reference is timed only for the speedup column: its graph replays stop after this long (at
+# least 5 replays of 20+ calls). A float32 reference of a large workload takes 10x the solution's
+# time, and all 30 replays of it were a third of a whole run's evaluation time.
+REFERENCE_GRAPH_BUDGET_MS = 20.0
+# Sets whose outputs are compared in full after the eager pass; the others are checked for poison.
+SAMPLED_SETS = 4
+# The judge's replays of a graph run at least this long, so one synchronization is noise.
+REPLAY_SPAN_MS = 2.0
+# At most this many rounds over the timed sets in the judge's eager loop (a cap for false claims).
+EAGER_ROUNDS = 200
+# The judge's clocks keep the fastest of this many batches.
+CLOCK_BATCHES = 3
+
+
+def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, str]:
+    job = sets.job
+    on_gpu = sets.device.type == "cuda"
+    timed = [sets.make(seed_for(job.workload, f"timing{i}")) for i in range(2)]
+    options = asdict(job.options)
+    graph = False
+    if on_gpu:
+        reply = sets.sandbox.request("probe", [s.id for s in timed], options)
+        expect_success(reply)
+        graph = reply.get("graph") is True
+    if graph:
+        timed += [
+            sets.make(seed_for(job.workload, f"timing{i}"))
+            for i in range(2, rotation(timed[0], sets.device))
+        ]
+    reply = sets.sandbox.request(
+        "time", [s.id for s in (timed if graph else timed[:2])], options, graph
+    )
+    expect_success(reply)
+    reported = reported_timing(reply)
+    rotated = timed if reported.mode == "cuda_graph" else timed[:2]
+    eager_ms = eager_clock(sets, rotated, reported.median_ms)
+    verify_after_timing(sets, rotated)
+    graph_ms = replay_clock(sets, reported.median_ms) if reported.mode == "cuda_graph" else None
+    clock = JudgeClock(eager_call_ms=eager_ms, graph_call_ms=graph_ms)
+    sets.forget(timed)
+    performance = evaluator_performance(sets, evaluator, reported, clock, len(timed))
+    floor = physics_floor_ms(
+        performance.bytes_moved, performance.flops, evaluator.environment.ceilings or {}
+    )
+    check_reported(reported, clock, floor)
+    return performance, host_bound_note(reported, clock)
+
+
+def rotation(shared: SharedSet, device: torch.device) -> int:
+    """How many input sets fill twice the L2 (at least 2, at most 64)."""
+    l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
+    return max(2, min(64, -(-2 * l2_bytes // max(shared.bytes, 1))))
+
+
+def eager_clock(sets: SetMaker, timed: list[SharedSet], reported_ms: float) -> float:
+    """The judge's clock around eager loops over the timed sets, each long enough
+    (``REPLAY_SPAN_MS`` by the reported time, within bounds) that one synchronization and round
+    trip are noise; the fastest of ``CLOCK_BATCHES``, so that a loop the scheduler preempted does
+    not count. Ms per call, host launch included."""
+    rounds = int(REPLAY_SPAN_MS / max(reported_ms * len(timed), 1e-4)) + 1
+    count = len(timed) * max(1, min(EAGER_ROUNDS, rounds))
+    ids = [s.id for s in timed]
+    return _fastest(sets, lambda: sets.sandbox.request("eager", ids, count, False)) / count
+
+
+def _fastest(sets: SetMaker, request: Callable[[], dict[str, Any]]) -> float:
+    """The least wall time of ``CLOCK_BATCHES`` requests, less the round trip, in ms."""
+    walls = []
+    for _ in range(CLOCK_BATCHES):
+        if sets.device.type == "cuda":
+            torch.cuda.synchronize(sets.device)
+        started = time.perf_counter()
+        reply = request()
+        walls.append((time.perf_counter() - started) * 1e3)
+        expect_success(reply)
+    return max(min(walls) - (sets.sandbox.round_trip_ms or 0.0), 0.0)
+
+
+def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
+    """Refill every timed set in place, poison its outputs, call each once, then check: every
+    output complete the moment the calls returned, the sampled sets equal to the reference."""
+    sampled = set(random.sample(range(len(timed)), min(SAMPLED_SETS, len(timed))))
+    for index, shared in enumerate(timed):
+        sets.refill(shared, seed_for(sets.job.workload, f"refresh{index}"), index in sampled)
+    if sets.device.type == "cuda":
+        torch.cuda.synchronize(sets.device)
+    expect_success(sets.sandbox.request("eager", [s.id for s in timed], len(timed), True))
+    unfinished = _still_poisoned(sets, timed)
+    for index in sorted(sampled | unfinished):
+        _check_set(sets, timed[index], late=index in unfinished)
+
+
+def _still_poisoned(sets: SetMaker, timed: list[SharedSet]) -> set[int]:
+    """Sets with a NaN in a floating-point output right after the pass returned: unwritten, or
+    written by work still running (NaN the reference also produces is sorted out by the check)."""
+    flags = []
+    for index, shared in enumerate(timed):
+        for tensor in shared.outputs.values():
+            if tensor.is_floating_point() and tensor.numel():
+                flags.append((index, torch.isnan(tensor).any()))
+    if not flags:
+        return set()
+    values = torch.stack([f for _, f in flags]).tolist()
+    return {index for (index, _), flagged in zip(flags, values, strict=True) if flagged}
+
+
+def _check_set(sets: SetMaker, shared: SharedSet, late: bool) -> None:
+    expected = sets.expected(shared)
+    comparisons = sets.compare_all(sets.produced(shared), expected)
+    if all(c.ok for c in comparisons):
+        if late:  # NaN at first look, right now: the work finished after the call had returned
+            raise CheckFailed(
+                Status.RUNTIME_ERROR,
+                "outputs were still being written after the call returned: the solution leaves "
+                "work running (e.g. on another stream) that its timing does not count",
+            )
+        return
+    failed = [c for c in comparisons if not c.ok]
+    log = (
+        "after the timed runs the inputs were refilled in place with new values and the outputs "
+        "no longer match the reference: the solution reuses results across calls (cached by "
+        "input address or content). " + "; ".join(c.describe() for c in failed)
+    )
+    raise CheckFailed(Status.INCORRECT_NUMERICAL, log, with_details(Correctness(), comparisons))
+
+
+def replay_clock(sets: SetMaker, reported_ms: float) -> float | None:
+    """The judge's clock around replays of the sandbox's graph: ms per call."""
+    first = sets.sandbox.request("replay", 1)
+    expect_success(first)
+    calls = first.get("calls")
+    if not isinstance(calls, int) or calls <= 0:
+        return None
+    per_replay = max(reported_ms * calls, 1e-4)
+    count = max(1, min(50, int(REPLAY_SPAN_MS / per_replay) + 1))
+    return _fastest(sets, lambda: sets.sandbox.request("replay", count)) / (count * calls)
+
+
+def evaluator_performance(
+    sets: SetMaker, evaluator: Evaluator, reported: Timing, clock: JudgeClock, rotated: int
+) -> Performance:
+    job = sets.job
+    graph = reported.mode == "cuda_graph"
+    key = (job.definition.content_hash(), job.workload.content_hash(), graph)
+    reference = evaluator.reference_timings.get(key)
+    if reference is None:
+        reference = with_sandbox_paused(sets.sandbox, lambda: time_reference(sets, graph, rotated))
+        evaluator.reference_timings[key] = reference
+    seconds = reported.median_ms * 1e-3
+    scalars = {n: v.value for n, v in job.workload.inputs.items() if isinstance(v, ScalarInput)}
+    bytes_moved = job.definition.cost("bytes_moved", job.axes, scalars)
+    flops = job.definition.cost("flops", job.axes, scalars)
+    ceilings = evaluator.environment.ceilings or {}
+    gbps = bytes_moved / seconds / 1e9 if bytes_moved and seconds > 0 else None
+    tflops = flops / seconds / 1e12 if flops and seconds > 0 else None
+    fractions = []
+    if gbps is not None and ceilings.get("copy_gbps"):
+        fractions.append(gbps / ceilings["copy_gbps"])
+    if tflops is not None and ceilings.get("matmul_tflops"):
+        fractions.append(tflops / ceilings["matmul_tflops"])
+    return Performance(
+        latency_ms=reported.median_ms,
+        reference_latency_ms=reference.median_ms,
+        speedup_factor=reference.median_ms / reported.median_ms,
+        latency_p20_ms=reported.p20_ms,
+        latency_p80_ms=reported.p80_ms,
+        sample_count=reported.count,
+        samples_ms=[round(s, 6) for s in reported.samples_ms] if job.options.keep_samples else None,
+        timing_mode=reported.mode,
+        bytes_moved=bytes_moved,
+        flops=flops,
+        achieved_gbps=gbps,
+        achieved_tflops=tflops,
+        ceiling_fraction=max(fractions) if fractions else None,
+        eager_call_ms=round(clock.eager_call_ms, 6),
+    )
+
+
+def time_reference(sets: SetMaker, graph: bool, count: int) -> Timing:
+    """The reference, timed in the judge the way its solution was (graph over ``count`` rotated
+    sets, or events)."""
+    job, device = sets.job, sets.device
+    run = job.reference["run"]
+    draws = [sets.draw(seed_for(job.workload, f"timing{i}")) for i in range(2)]
+    arguments = [[d[n] for n in job.definition.inputs] for d in draws]
+    options = job.options
+    with torch.no_grad():
+        if graph:
+            draws += [sets.draw(seed_for(job.workload, f"timing{i}")) for i in range(2, count)]
+            arguments = [[d[n] for n in job.definition.inputs] for d in draws]
+            try:
+                return time_cuda_graph(
+                    lambda i: run(*arguments[i % count]),
+                    device,
+                    calls_per_graph=max(20, count),
+                    budget_ms=REFERENCE_GRAPH_BUDGET_MS,
+                )
+            except Exception:  # a reference that cannot be captured: events below
+                torch.cuda.synchronize(device)
+        if device.type != "cuda":
+            return time_cpu(
+                lambda i: run(*arguments[i % 2]),
+                warmup=options.warmup,
+                max_iterations=options.max_iterations,
+                min_iterations=min(3, options.min_iterations),
+                budget_ms=options.budget_ms,
+            )
+        return time_cuda(
+            lambda i: run(*arguments[i % 2]),
+            device,
+            warmup=options.warmup,
+            max_iterations=options.max_iterations,
+            min_iterations=options.min_iterations,
+            budget_ms=options.budget_ms,
+        )

@@ -1,0 +1,103 @@
+"""Solutions that attack their own verdict. Each must end anything but PASSED, and a good solution
+in the same run must still pass, timed as it is when run alone. The suite is the spec of what the
+judge/sandbox split (``docs/evaluation.md``, "Threat model") defends against."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+import kernelarena.evaluate.compare as judge_module
+from kernelarena.data import Status, Trace
+from kernelarena.evaluate.benchmark import Benchmark
+from kernelarena.evaluate.confine import landlock_abi
+from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.options import Options
+from tests.evaluate.bad_solutions import FIXTURES, trace_set
+
+ADVERSARIES = Path(__file__).parent.parent / "fixtures" / "adversarial"
+NUMERICAL = (Status.INCORRECT_NUMERICAL, True, "")
+REJECTED = (Status.RUNTIME_ERROR, True, "timing rejected")
+
+# solution file -> (expected status, destination-passing style, a phrase the log must contain)
+CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
+    "patch_compare_at_import": NUMERICAL,
+    "patch_compare_at_call": NUMERICAL,
+    "patch_torch_checker": NUMERICAL,
+    "patch_timers": REJECTED,
+    "forges_time_reply": REJECTED,
+    "caches_output": (Status.INCORRECT_NUMERICAL, True, "reuses results across calls"),
+    "reads_expected": NUMERICAL,
+    "writes_judge_files": (Status.RUNTIME_ERROR, True, "PermissionError"),
+    "forks_child": (Status.RUNTIME_ERROR, True, "process(es) running after its job"),
+    "exits_early": (Status.RUNTIME_ERROR, True, "exited with code 0"),
+    "signals_judge": (Status.RUNTIME_ERROR, True, "PermissionError"),
+    "writes_late": NUMERICAL,
+}
+GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
+    **CPU_ATTACKS,
+    "side_stream": (Status.RUNTIME_ERROR, True, ""),
+}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _run(
+    cases: dict[str, tuple[Status, bool, str]], devices: str, root: Path, size: int
+) -> dict[str, Trace]:
+    benchmark = Benchmark(
+        trace_set(cases, root=root, sizes=(size,), folders=(ADVERSARIES, FIXTURES)),
+        devices=devices,
+        options=Options(trials=2, budget_ms=20, max_iterations=20),
+        timeouts=Timeouts(build_s=120, run_s=20, startup_s=300),
+    )
+    return {t.solution or "": t for t in benchmark.run_all()}
+
+
+def _attack(
+    devices: str, cases: dict[str, tuple[Status, bool, str]], tmp_path: Path, size: int
+) -> None:
+    if landlock_abi() < 1:
+        pytest.skip("this kernel has no Landlock: file writes of solutions are not confined")
+    alone = _run({}, devices, tmp_path / "alone", size)["vector_scale_good_first"]
+    dataset = tmp_path / "attacked"
+    dataset.mkdir()
+    os.environ["KERNELARENA_ADVERSARY_DATASET"] = str(dataset)
+    judge_file = Path(judge_module.__file__)
+    before = _digest(judge_file)
+    try:
+        by_solution = _run(cases, devices, dataset, size)
+    finally:
+        del os.environ["KERNELARENA_ADVERSARY_DATASET"]
+    for stem, (status, _, phrase) in cases.items():
+        evaluation = by_solution[f"vector_scale_{stem}"].evaluation
+        assert evaluation is not None
+        assert evaluation.status is not Status.PASSED, f"{stem} PASSED:\n{evaluation.log}"
+        assert evaluation.status is status, f"{stem}: {evaluation.status}:\n{evaluation.log}"
+        assert phrase in evaluation.log, f"{stem}: log lacks {phrase!r}:\n{evaluation.log}"
+    assert not (dataset / "planted.txt").exists()
+    assert _digest(judge_file) == before
+    good = by_solution["vector_scale_good_first"].evaluation
+    assert good is not None and good.status is Status.PASSED, good
+    assert alone.evaluation is not None and alone.evaluation.performance is not None
+    assert good.performance is not None
+    ratio = good.performance.latency_ms / alone.evaluation.performance.latency_ms
+    # On a GPU the same figure within noise; on two shared CPU cores, within the noise of a
+    # 5-us Python call beside other test processes.
+    assert (0.8 < ratio < 1.25) if devices.startswith("cuda") else (0.25 < ratio < 4), ratio
+
+
+@pytest.mark.timeout(600)
+def test_attacks_on_the_verdict_fail_on_cpu(tmp_path: Path) -> None:
+    _attack("cpu", CPU_ATTACKS, tmp_path, 1000)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_attacks_on_the_verdict_fail_on_gpu(tmp_path: Path) -> None:
+    _attack("cuda:0", GPU_ATTACKS, tmp_path, 1 << 20)
