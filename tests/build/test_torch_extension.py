@@ -3,15 +3,20 @@ entry point found by name; CUDA ones skipped (not failed) where torch has no CUD
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from kernelarena.build import BuildError, DependencyMissing, build_solution, builder_for
-from kernelarena.build.cuda import CudaBuilder
+from kernelarena.build.cuda import CudaBuilder, cuda_home
 from kernelarena.build.torch_extension import TorchExtensionBuilder
 from kernelarena.data import AxisVar, BuildSpec, Definition, Solution, SourceFile, TensorSpec
+from kernelarena.evaluate.compare import compare
+from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference
+from tests.data import fib_shapes
 
 DEFINITION = Definition(
     name="axpy",
@@ -125,3 +130,52 @@ def test_a_compile_error_is_a_build_error_with_the_compiler_message() -> None:
     ) as raised:
         build_solution(DEFINITION, _solution(main=broken), "cpu")
     assert "main.cpp:7" in str(raised.value) and "expected" in str(raised.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("name", fib_shapes.NAMES)
+def test_cuda_extensions_build_for_the_device_and_match_the_reference(name: str) -> None:
+    """Each fib_shapes CUDA solution: built for this GPU's architecture, equal to the reference within
+    the definition's tolerances on every workload, and launched on the current stream (a CUDA graph
+    captured on a side stream replays it)."""
+    definition = fib_shapes.definition(name)
+    runnable = build_solution(definition, fib_shapes.cuda_solution(name), "cuda:0")
+    major, minor = torch.cuda.get_device_capability(0)
+    assert runnable.metadata["arch"] == f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+    device = torch.device("cuda:0")
+    reference = load_reference(definition)
+    for workload in fib_shapes.workloads(name):
+        axes = definition.resolve_axes(workload.axes)
+        inputs = generate_inputs(definition, workload, axes, device, 7, None)
+        arguments = [inputs[n] for n in definition.inputs]
+        outputs = allocate_outputs(definition, axes, device)
+        runnable(*arguments, *outputs.values())
+        expected = reference["run"](*arguments)
+        for (output, produced), wanted in zip(outputs.items(), expected, strict=True):
+            spec = definition.outputs[output]
+            result = compare(output, produced, wanted, spec.dtype, definition.tolerance_for(output))
+            assert result.ok, f"{workload.uuid}: {result.describe()}"
+        captured = {n: torch.empty_like(t) for n, t in outputs.items()}
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            runnable(*arguments, *captured.values())
+        graph.replay()
+        torch.cuda.synchronize()
+        for output in outputs:
+            assert torch.equal(captured[output], outputs[output]), f"{workload.uuid}: {output}"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", fib_shapes.NAMES)
+def test_the_fixture_kernels_compile_with_nvcc(name: str, tmp_path: Path) -> None:
+    """Where torch has no CUDA the extensions are skipped, so nvcc alone checks their device code."""
+    try:
+        nvcc = cuda_home() / "bin" / "nvcc"
+    except DependencyMissing:
+        pytest.skip("no CUDA toolkit")
+    folder = fib_shapes.FIXTURES / name / "cuda"
+    command = [str(nvcc), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a"]
+    command += ["-c", str(folder / "kernel.cu"), "-o", str(tmp_path / "kernel.o")]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
