@@ -131,8 +131,11 @@ def validate(
         sum(len(w) for w in trace_set.workloads.values()),
         sum(len(t) for t in trace_set.traces.values()),
     )
+    skipped = (
+        f" ({len(trace_set.unavailable)} without their blobs)" if trace_set.unavailable else ""
+    )
     summary = (
-        f"{label}: {counts[0]} definitions, {counts[1]} solutions, {counts[2]} workloads, "
+        f"{label}: {counts[0]} definitions, {counts[1]} solutions, {counts[2]} workloads{skipped}, "
         f"{counts[3]} traces; {len(trace_set.problems)} problem(s)"
     )
     console.print(summary, markup=False, highlight=False)
