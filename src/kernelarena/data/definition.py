@@ -252,10 +252,11 @@ class Definition(Schema):
     def _check_static_constraints(self, axes: dict[str, int]) -> None:
         if not self.static_constraints:
             return
-        shapes = {
-            name: Shape(tuple(axes[a] for a in spec.shape))
-            for name, spec in {**self.outputs, **self.inputs}.items()
-            if spec.shape is not None
+        tensors = {**self.outputs, **self.inputs}
+        shapes = {  # stand-ins for the tensors the constraints read, knowing only their shapes
+            name: Shape(tuple(axes[a] for a in tensors[name].shape or []))
+            for constraint in self.static_constraints
+            for name in names(constraint) & set(tensors)
         }
         variables = {**shapes, **axes}
         for constraint in self.static_constraints:

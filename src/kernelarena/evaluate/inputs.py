@@ -148,9 +148,9 @@ def check_value_constraints(
         if constraint in definition.value_plan.unmet and make_inputs_absent(origins):
             raise InputsError(
                 f"cannot generate inputs for '{definition.name}': constraint '{constraint}' is not "
-                "of a form the generator meets ('<axes> == t[-1].item()' offsets, 't.min()' and "
-                "'t.max()' bounds); give its inputs as safetensors or define make_inputs in the "
-                f"reference. Read: {shown}{detail}"
+                "of a form the generator meets ('<axes> == t[-1].item()' offsets; 't.min()', "
+                "'t.max()' or '(t < <axes>).all()' bounds): give its inputs as safetensors or define "
+                f"make_inputs in the reference. Read: {shown}{detail}"
             )
         raise InputsError(
             f"inputs of '{definition.name}' break constraint '{constraint}'{detail}. Read: {shown}"
