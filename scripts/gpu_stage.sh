@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine: one stage of GPU work, logs and results under $OUT.
-# Usage: scripts/gpu_stage.sh STAGE   (framework | tests | benchmarks | library | scaling | nvfp4)
+# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | scaling | nvfp4)
 set -uo pipefail
 stage=${1:?stage}
 OUT=${OUT:-/tmp/out}
@@ -19,6 +19,13 @@ case "$stage" in
     log "containment"; timeout 400 python3 -m pytest -x -q -m gpu tests/evaluate -p no:cacheprovider 2>&1 | tee "$OUT/containment.txt"
     log "scale"; timeout 300 python3 -m kernelarena.cli run scale --device cuda:0 --suite all --allow-failures 2>&1 | tee "$OUT/scale_run.txt"
     log "engine copy"; timeout 200 python3 benchmarks/bench_engine.py --skip-rmsnorm 2>&1 | tee "$OUT/engine.txt"
+    cp benchmarks/results/engine_*.json "$OUT/" 2>/dev/null
+    ;;
+  trust)  # the judge/sandbox split: adversarial and containment suites, dispatch, engine cost
+    log "gpu tests: evaluate, dispatch"
+    timeout ${TRUST_TIMEOUT:-400} python3 -m pytest -q -m gpu -n 3 --timeout 300 -p no:cacheprovider -rf \
+      tests/evaluate tests/dispatch ${TRUST_TESTS:-} 2>&1 | tee "$OUT/gpu-tests-trust.txt" | tail -40
+    log "engine"; timeout 200 python3 benchmarks/bench_engine.py --skip-copy > "$OUT/engine.txt" 2>&1; tail -6 "$OUT/engine.txt"
     cp benchmarks/results/engine_*.json "$OUT/" 2>/dev/null
     ;;
   tests)

@@ -63,6 +63,8 @@ class Performance(Schema):
     # Per-call wall time of an eager loop measured by the judge's clock, host launch included: what a
     # caller outside CUDA graph capture pays. latency_ms stays the GPU time.
     eager_call_ms: float | None = None
+    # Frames torch.compile (dynamo) compiled during the timed calls: a figure taken while compiling.
+    compiles_while_timed: int | None = None
 
 
 class Environment(Schema):

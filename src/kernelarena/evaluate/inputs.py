@@ -145,7 +145,7 @@ def check_value_constraints(
             continue
         read = sorted(names(constraint))
         shown = ", ".join(_describe(n, variables.get(n), (origins or {}).get(n)) for n in read)
-        if constraint in definition.value_plan.unmet and make_inputs_absent(origins):
+        if constraint in definition.value_plan.unmet and not _made_by_make_inputs(origins):
             raise InputsError(
                 f"cannot generate inputs for '{definition.name}': constraint '{constraint}' is not "
                 "of a form the generator meets ('<axes> == t[-1].item()' offsets; 't.min()', "
@@ -157,8 +157,8 @@ def check_value_constraints(
         )
 
 
-def make_inputs_absent(origins: dict[str, str] | None) -> bool:
-    return not any("make_inputs" in origin for origin in (origins or {}).values())
+def _made_by_make_inputs(origins: dict[str, str] | None) -> bool:
+    return any("make_inputs" in origin for origin in (origins or {}).values())
 
 
 def _describe(name: str, value: object, origin: str | None) -> str:

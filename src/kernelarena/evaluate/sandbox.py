@@ -178,6 +178,12 @@ class Sandbox:
         return {"graph": graph}
 
     def _time(self, set_ids: list[int], options: dict[str, Any], graph: bool) -> dict[str, Any]:
+        compiles = _dynamo_frames()
+        reply = self._timed(set_ids, options, graph)
+        reply["compiles"] = _dynamo_frames() - compiles
+        return reply
+
+    def _timed(self, set_ids: list[int], options: dict[str, Any], graph: bool) -> dict[str, Any]:
         from kernelarena.evaluate.timing import time_cpu, time_cuda
 
         torch, fn = self.torch, self._caller(set_ids)
@@ -265,6 +271,15 @@ class Sandbox:
         return {"ok": True, "calls": self.graph_calls}
 
 
+def _dynamo_frames() -> int:
+    """Frames torch.compile has set out to compile in this process so far."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"])
+
+
 def main(argv: list[str]) -> None:
     fd, device_name, log_path = int(argv[0]), argv[1], argv[2]
     writable = argv[3:]
@@ -275,18 +290,19 @@ def main(argv: list[str]) -> None:
     die_with_parent()
     if not device_name.startswith("cuda"):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
-    confinement = (
-        "not confined: KERNELARENA_UNCONFINED is set"
-        if os.environ.get("KERNELARENA_UNCONFINED") == "1"
-        else confine_writes(writable)
-    )
     conn = Connection(fd)
     import torch
 
     device = torch.device(device_name)
     if device.type == "cuda":
+        # Before the confinement: the driver's initialisation fails under Landlock (error 304).
         torch.cuda.set_device(device)
         torch.cuda.synchronize(device)
+    confinement = (
+        "not confined: KERNELARENA_UNCONFINED is set"
+        if os.environ.get("KERNELARENA_UNCONFINED") == "1"
+        else confine_writes(writable)
+    )
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     import kernelarena.build  # noqa: F401  (its imports, before the first request waits on them)

@@ -88,7 +88,15 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
         performance.bytes_moved, performance.flops, evaluator.environment.ceilings or {}
     )
     check_reported(reported, clock, floor)
-    return performance, host_bound_note(reported, clock)
+    notes = [host_bound_note(reported, clock)]
+    compiles = reply.get("compiles")
+    if isinstance(compiles, int) and compiles > 0:
+        performance.compiles_while_timed = compiles
+        notes.append(
+            f"torch.compile compiled {compiles} frame(s) during the timed calls: this figure "
+            "includes compilation (dispatch ignores it)"
+        )
+    return performance, "\n".join(n for n in notes if n)
 
 
 def rotation(shared: SharedSet, device: torch.device) -> int:
