@@ -202,8 +202,8 @@ def unmet_constraint_problems(definition: Definition, workload: Workload) -> lis
             given = workload.inputs.get(name)
             if given is not None and given.type in ("safetensors", "scalar"):
                 continue
-            if definition.value_plan.generated(name):
-                continue  # drawn for another constraint: the check on the inputs tells
+            if definition.value_plan.generated(name) or definition.inputs[name].shape is None:
+                continue  # drawn for another constraint, or a scalar: the check on the inputs tells
             problems.append(
                 (
                     f"workload.inputs.{name}",
@@ -253,6 +253,8 @@ def _plan_part(
     reading = _bounded_tensor(left, elementwise is not None)
     if reading is None or not _over(right, axes) or reading[0] not in inputs:
         return False
+    if inputs[reading[0]].shape is None:
+        return False  # a scalar comes from the workload or is drawn plainly: nothing to shape
     tensor, which = reading  # which: 'min', 'max', or 'each' for an elementwise bound
     integers = not inputs[tensor].dtype.is_float
     limit = ast.unparse(right)
