@@ -19,7 +19,9 @@ from typing import Any
 import torch
 import torch.multiprocessing  # registers the CUDA IPC reductions with ForkingPickler
 
-Handle = tuple[Any, ...]
+Handle = tuple[tuple[Any, ...], list[tuple[int, torch.dtype, tuple[int, ...]]]]
+# Tensors in a shared buffer start at multiples of this (CUDA's own allocation granularity).
+ALIGNMENT = 256
 
 
 class Arena:
@@ -30,24 +32,37 @@ class Arena:
         self._names = itertools.count()
         self._unlinked: list[Path] = []
 
-    def share(self, value: torch.Tensor) -> tuple[torch.Tensor, Handle]:
-        """A contiguous copy of ``value`` in shared memory, and the handle a sandbox maps it by."""
+    def share(self, values: list[torch.Tensor]) -> tuple[list[torch.Tensor], Handle]:
+        """Contiguous copies of ``values`` in one shared buffer, and the handle a sandbox maps them
+        all by: one IPC handle (or file) per set, not one per tensor, since opening one costs."""
+        offsets, total = [], 0
+        for value in values:
+            offsets.append(total)
+            total += -(-value.numel() * value.element_size() // ALIGNMENT) * ALIGNMENT
+        buffer = self._buffer(max(total, ALIGNMENT))
+        shared = [
+            _view(buffer, offset, value.dtype, tuple(value.shape))
+            for value, offset in zip(values, offsets, strict=True)
+        ]
+        for target, value in zip(shared, values, strict=True):
+            target.copy_(value)
+        layout = [(o, v.dtype, tuple(v.shape)) for o, v in zip(offsets, values, strict=True)]
+        return shared, (self._handle(buffer), layout)
+
+    def _buffer(self, size: int) -> torch.Tensor:
         if self._pool is not None:
             with torch.cuda.use_mem_pool(self._pool):
-                shared = torch.empty(value.shape, dtype=value.dtype, device=self.device)
-            shared.copy_(value)
-            return shared, ("cuda", bytes(ForkingPickler.dumps(shared)))
-        numel = value.numel()
-        if numel == 0:
-            return torch.empty(value.shape, dtype=value.dtype), ("empty", value.dtype, value.shape)
+                return torch.empty(size, dtype=torch.uint8, device=self.device)
         path = self.folder / f"t{next(self._names)}"
         with open(path, "wb") as handle:
-            handle.truncate(numel * value.element_size())
-        shared = torch.from_file(str(path), shared=True, size=numel, dtype=value.dtype)
-        shared = shared.view(value.shape)
-        shared.copy_(value)
+            handle.truncate(size)
         self._unlinked.append(path)
-        return shared, ("file", str(path), value.dtype, tuple(value.shape), numel)
+        return torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
+
+    def _handle(self, buffer: torch.Tensor) -> tuple[Any, ...]:
+        if self._pool is not None:
+            return ("cuda", bytes(ForkingPickler.dumps(buffer)))
+        return ("file", str(self._unlinked[-1]), buffer.numel())
 
     def mapped(self) -> None:
         """The sandbox has mapped every file handed out so far: their names can go."""
@@ -62,14 +77,22 @@ class Arena:
             self.folder.rmdir()
 
 
-def open_handle(handle: Handle) -> torch.Tensor:
-    """The sandbox's side of ``Arena.share``."""
-    kind = handle[0]
+def _view(
+    buffer: torch.Tensor, offset: int, dtype: torch.dtype, shape: tuple[int, ...]
+) -> torch.Tensor:
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    count = 1
+    for size in shape:
+        count *= size
+    return buffer[offset : offset + count * itemsize].view(dtype).view(shape)
+
+
+def open_handle(handle: Handle) -> list[torch.Tensor]:
+    """The sandbox's side of ``Arena.share``: the tensors of one set."""
+    (kind, *where), layout = handle
     if kind == "cuda":
-        tensor = ForkingPickler.loads(handle[1])
-        assert isinstance(tensor, torch.Tensor)
-        return tensor
-    if kind == "empty":
-        return torch.empty(handle[2], dtype=handle[1])
-    _, path, dtype, shape, numel = handle
-    return torch.from_file(path, shared=True, size=numel, dtype=dtype).view(shape)
+        buffer = ForkingPickler.loads(where[0])
+    else:
+        path, size = where
+        buffer = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+    return [_view(buffer, offset, dtype, shape) for offset, dtype, shape in layout]

@@ -108,15 +108,19 @@ class Sandbox:
         metadata = {k: str(v) for k, v in self.runnable.metadata.items()}
         return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
 
-    def _bind(self, set_id: int, arguments: list[Any], outputs: list[Any], slots: list[int]) -> Any:
+    def _bind(
+        self,
+        set_id: int,
+        handle: Any,
+        arguments: list[tuple[str, Any]],
+        input_count: int,
+        slots: list[int],
+    ) -> dict[str, Any]:
         from kernelarena.evaluate.arena import open_handle
 
-        def value(item: tuple[str, Any]) -> Any:
-            return open_handle(item[1]) if item[0] == "tensor" else item[1]
-
-        self.sets[set_id] = _Bound(
-            [value(a) for a in arguments], [open_handle(h) for h in outputs], slots
-        )
+        tensors = open_handle(handle)
+        values = [tensors[item] if kind == "tensor" else item for kind, item in arguments]
+        self.sets[set_id] = _Bound(values, tensors[input_count:], slots)
         return {"ok": True}
 
     def _forget(self, set_ids: list[int]) -> dict[str, Any]:

@@ -161,16 +161,21 @@ class Sandbox:
 
 
 class Sandboxes:
-    """At most one sandbox with a solution loaded per judge, and one spare."""
+    """At most one sandbox with a solution loaded per judge, and ``spares`` started ahead: a
+    sandbox takes seconds to import torch, often longer than a solution's jobs, so on a GPU
+    machine (cores to spare) two start ahead, on a CPU one."""
 
     def __init__(self, device: str, folder: Path, writable: list[str]) -> None:
         self.device = device
         self.folder = folder
         self.writable = writable
         self.startup_timeout_s = 600.0
+        self.spare_count = int(
+            os.environ.get("KERNELARENA_SPARE_SANDBOXES", "2" if device.startswith("cuda") else "1")
+        )
         self._spawned = 0
         self.current: Sandbox | None = None
-        self.spare: Sandbox | None = self._spawn()
+        self.spares: list[Sandbox] = [self._spawn() for _ in range(max(self.spare_count, 1))]
 
     def _spawn(self) -> Sandbox:
         self._spawned += 1
@@ -180,16 +185,16 @@ class Sandboxes:
         return Sandbox(self.device, log, [*self.writable, str(tmp)], tmp)
 
     def for_solution(self, key: str) -> Sandbox:
-        """The sandbox serving ``key``: the current one if it does, else the spare, promoted."""
+        """The sandbox serving ``key``: the current one if it does, else the oldest spare."""
         if self.current is not None and self.current.key == key and self.current.alive():
             return self.current
         self.retire()
-        sandbox = self.spare or self._spawn()
-        self.spare = None
+        sandbox = self.spares.pop(0) if self.spares else self._spawn()
         try:
             sandbox.wait_ready(self.startup_timeout_s)
         finally:
-            self.spare = self._spawn()
+            while len(self.spares) < max(self.spare_count, 1):
+                self.spares.append(self._spawn())
         sandbox.key = key
         self.current = sandbox
         return sandbox
@@ -201,9 +206,9 @@ class Sandboxes:
 
     def close(self) -> None:
         self.retire()
-        if self.spare is not None:
-            self.spare.retire()
-            self.spare = None
+        for spare in self.spares:
+            spare.retire()
+        self.spares = []
 
 
 def with_sandbox_paused(sandbox: Sandbox | None, work: Callable[[], Any]) -> Any:

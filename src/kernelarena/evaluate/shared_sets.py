@@ -76,32 +76,27 @@ class SetMaker:
     def make(self, seed: int, keep_private: bool = False) -> SharedSet:
         definition = self.job.definition
         private = self.draw(seed)
-        inputs: dict[str, Value] = {}
-        arguments: list[tuple[str, Any]] = []
-        size = 0
-        for name in definition.inputs:
-            value = private[name]
-            if isinstance(value, torch.Tensor):
-                shared, handle = self.arena.share(value)
-                inputs[name] = shared
-                arguments.append(("tensor", handle))
-                size += shared.numel() * shared.element_size()
-            else:
-                inputs[name] = value
-                arguments.append(("value", value))
-        outputs: dict[str, torch.Tensor] = {}
-        handles = []
-        for name, buffer in allocate_outputs(definition, self.job.axes, self.device).items():
-            outputs[name], handle = self.arena.share(buffer)
-            handles.append(handle)
-            size += buffer.numel() * buffer.element_size()
+        buffers = allocate_outputs(definition, self.job.axes, self.device)
+        tensor_names = [n for n in definition.inputs if isinstance(private[n], torch.Tensor)]
+        values = [private[n] for n in tensor_names] + list(buffers.values())
+        shared, handle = self.arena.share(values)  # type: ignore[arg-type]
+        by_name = dict(zip(tensor_names, shared, strict=False))
+        inputs: dict[str, Value] = {n: by_name.get(n, private[n]) for n in definition.inputs}
+        outputs = dict(zip(buffers, shared[len(tensor_names) :], strict=True))
+        # Each argument: ("tensor", index into the set's shared tensors) or ("value", the value).
+        arguments = [
+            ("tensor", tensor_names.index(n)) if n in by_name else ("value", private[n])
+            for n in definition.inputs
+        ]
         order = list(outputs)
         slots = [order.index(n) if n in outputs else -1 for n in definition.outputs]
+        size = sum(t.numel() * t.element_size() for t in shared)
         made = SharedSet(
             next(_set_ids), seed, inputs, outputs, private if keep_private else None, size
         )
         self._synchronize()
-        _expect_ok(self.sandbox.request("bind", made.id, arguments, handles, slots))
+        reply = self.sandbox.request("bind", made.id, handle, arguments, len(tensor_names), slots)
+        _expect_ok(reply)
         self.arena.mapped()
         self._bound.append(made)
         return made
