@@ -13,9 +13,23 @@ import torch
 from kernelarena.build import BuildError, DependencyMissing, build_solution, builder_for
 from kernelarena.build.cuda import CudaBuilder, cuda_home
 from kernelarena.build.torch_extension import TorchExtensionBuilder
-from kernelarena.data import AxisVar, BuildSpec, Definition, Solution, SourceFile, TensorSpec
+from kernelarena.data import (
+    AxisVar,
+    BuildSpec,
+    Definition,
+    RandomInput,
+    ScalarInput,
+    Solution,
+    SourceFile,
+    Status,
+    TensorSpec,
+    TraceSet,
+    Workload,
+)
+from kernelarena.evaluate.benchmark import Benchmark
 from kernelarena.evaluate.compare import compare
 from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference
+from kernelarena.evaluate.options import Options
 from tests.data import fib_shapes
 
 DEFINITION = Definition(
@@ -114,6 +128,25 @@ def test_a_cpp_extension_builds_once_and_runs() -> None:
     assert again.artifact == runnable.artifact
     again(x, y, 2.0, out)
     torch.testing.assert_close(out, 2.0 * x + y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.timeout(600)
+def test_a_cpp_extension_builds_and_passes_inside_the_engines_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built afresh (an empty cache) by the solution's own confined process, then checked."""
+    monkeypatch.setenv("KERNELARENA_CACHE", str(tmp_path / "cache"))
+    dataset = TraceSet(root=tmp_path / "data")
+    dataset.add_definition(DEFINITION)
+    for n in (1, 4097):
+        inputs = {"x": RandomInput(), "y": RandomInput(), "alpha": ScalarInput(value=0.75)}
+        dataset.add_workload("axpy", Workload(uuid=f"n{n}", axes={"n": n}, inputs=inputs))
+    dataset.add_solution(_solution())
+    traces = Benchmark(dataset, devices="cpu", options=Options(trials=2, timing=False)).run_all()
+    assert [t.evaluation.status for t in traces if t.evaluation] == [Status.PASSED] * 2, [
+        t.evaluation.log for t in traces if t.evaluation
+    ]
+    assert list((tmp_path / "cache" / "build" / "torch_extension").iterdir())
 
 
 @pytest.mark.timeout(600)
