@@ -9,8 +9,7 @@ the sandbox has mapped it. What the judge keeps private is allocated the ordinar
 
 from __future__ import annotations
 
-import contextlib
-import itertools
+import shutil
 import tempfile
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -19,62 +18,73 @@ from typing import Any
 import torch
 import torch.multiprocessing  # registers the CUDA IPC reductions with ForkingPickler
 
-Handle = tuple[tuple[Any, ...], list[tuple[int, torch.dtype, tuple[int, ...]]]]
-# Tensors in a shared buffer start at multiples of this (CUDA's own allocation granularity).
+# (chunk id, [(offset, dtype, shape)]): where a set's tensors sit in the arena.
+Layout = tuple[int, list[tuple[int, torch.dtype, tuple[int, ...]]]]
+# Tensors start at multiples of this (CUDA's own allocation granularity).
 ALIGNMENT = 256
+CHUNK_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 
 
 class Arena:
+    """Chunks of shared memory, each handed to a sandbox once (an IPC handle costs to make and to
+    open), from which each job's input sets are carved in order and which the next job reuses."""
+
     def __init__(self, device: torch.device, folder: Path | None = None) -> None:
         self.device = device
         self._pool = torch.cuda.MemPool() if device.type == "cuda" else None
         self.folder = folder or Path(tempfile.mkdtemp(prefix="kernelarena-arena-"))
-        self._names = itertools.count()
-        self._unlinked: list[Path] = []
+        self._chunks: list[tuple[torch.Tensor, tuple[Any, ...]]] = []
+        self._chunk = 0
+        self._offset = 0
 
-    def share(self, values: list[torch.Tensor]) -> tuple[list[torch.Tensor], Handle]:
-        """Contiguous copies of ``values`` in one shared buffer, and the handle a sandbox maps them
-        all by: one IPC handle (or file) per set, not one per tensor, since opening one costs."""
+    def share(self, values: list[torch.Tensor]) -> tuple[list[torch.Tensor], Layout]:
+        """Contiguous copies of ``values`` side by side in a chunk, and where they sit."""
         offsets, total = [], 0
         for value in values:
             offsets.append(total)
             total += -(-value.numel() * value.element_size() // ALIGNMENT) * ALIGNMENT
-        buffer = self._buffer(max(total, ALIGNMENT))
-        shared = [
-            _view(buffer, offset, value.dtype, tuple(value.shape))
-            for value, offset in zip(values, offsets, strict=True)
+        chunk, start = self._allocate(max(total, ALIGNMENT))
+        buffer = self._chunks[chunk][0]
+        layout = [
+            (start + o, v.dtype, tuple(v.shape)) for o, v in zip(offsets, values, strict=True)
         ]
+        shared = [_view(buffer, *where) for where in layout]
         for target, value in zip(shared, values, strict=True):
             target.copy_(value)
-        layout = [(o, v.dtype, tuple(v.shape)) for o, v in zip(offsets, values, strict=True)]
-        return shared, (self._handle(buffer), layout)
+        return shared, (chunk, layout)
 
-    def _buffer(self, size: int) -> torch.Tensor:
+    def handle(self, chunk: int) -> tuple[Any, ...]:
+        return self._chunks[chunk][1]
+
+    def reset(self) -> None:
+        """Every set carved so far is forgotten: the next ones reuse the chunks from the start."""
+        self._chunk, self._offset = 0, 0
+
+    def _allocate(self, size: int) -> tuple[int, int]:
+        while self._chunk < len(self._chunks):
+            if self._offset + size <= self._chunks[self._chunk][0].numel():
+                start = self._offset
+                self._offset += size
+                return self._chunk, start
+            self._chunk, self._offset = self._chunk + 1, 0
+        self._chunks.append(self._new_chunk(max(size, CHUNK_BYTES[self.device.type])))
+        self._offset = size
+        return self._chunk, 0
+
+    def _new_chunk(self, size: int) -> tuple[torch.Tensor, tuple[Any, ...]]:
         if self._pool is not None:
             with torch.cuda.use_mem_pool(self._pool):
-                return torch.empty(size, dtype=torch.uint8, device=self.device)
-        path = self.folder / f"t{next(self._names)}"
+                buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+            return buffer, ("cuda", bytes(ForkingPickler.dumps(buffer)))
+        path = self.folder / f"chunk{len(self._chunks)}"
         with open(path, "wb") as handle:
             handle.truncate(size)
-        self._unlinked.append(path)
-        return torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
-
-    def _handle(self, buffer: torch.Tensor) -> tuple[Any, ...]:
-        if self._pool is not None:
-            return ("cuda", bytes(ForkingPickler.dumps(buffer)))
-        return ("file", str(self._unlinked[-1]), buffer.numel())
-
-    def mapped(self) -> None:
-        """The sandbox has mapped every file handed out so far: their names can go."""
-        for path in self._unlinked:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        self._unlinked.clear()
+        buffer = torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
+        return buffer, ("file", str(path), size)
 
     def close(self) -> None:
-        self.mapped()
-        with contextlib.suppress(OSError):
-            self.folder.rmdir()
+        self._chunks.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _view(
@@ -87,12 +97,16 @@ def _view(
     return buffer[offset : offset + count * itemsize].view(dtype).view(shape)
 
 
-def open_handle(handle: Handle) -> list[torch.Tensor]:
-    """The sandbox's side of ``Arena.share``: the tensors of one set."""
-    (kind, *where), layout = handle
-    if kind == "cuda":
-        buffer = ForkingPickler.loads(where[0])
-    else:
-        path, size = where
-        buffer = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
-    return [_view(buffer, offset, dtype, shape) for offset, dtype, shape in layout]
+def open_chunk(handle: tuple[Any, ...]) -> torch.Tensor:
+    """The sandbox's side of a chunk."""
+    if handle[0] == "cuda":
+        buffer = ForkingPickler.loads(handle[1])
+        assert isinstance(buffer, torch.Tensor)
+        return buffer
+    _, path, size = handle
+    return torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+
+
+def view_layout(chunks: dict[int, torch.Tensor], layout: Layout) -> list[torch.Tensor]:
+    chunk, places = layout
+    return [_view(chunks[chunk], *where) for where in places]

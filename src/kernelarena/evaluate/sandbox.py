@@ -39,6 +39,7 @@ class Sandbox:
         self.on_gpu = device.type == "cuda"
         self.runnable: Any = None
         self.sets: dict[int, _Bound] = {}
+        self.chunks: dict[int, Any] = {}
         self.graph: Any = None
         self.graph_calls = 0
 
@@ -111,14 +112,17 @@ class Sandbox:
     def _bind(
         self,
         set_id: int,
-        handle: Any,
+        new_chunks: dict[int, Any],
+        layout: Any,
         arguments: list[tuple[str, Any]],
         input_count: int,
         slots: list[int],
     ) -> dict[str, Any]:
-        from kernelarena.evaluate.arena import open_handle
+        from kernelarena.evaluate.arena import open_chunk, view_layout
 
-        tensors = open_handle(handle)
+        for chunk, handle in new_chunks.items():
+            self.chunks[chunk] = open_chunk(handle)
+        tensors = view_layout(self.chunks, layout)
         values = [tensors[item] if kind == "tensor" else item for kind, item in arguments]
         self.sets[set_id] = _Bound(values, tensors[input_count:], slots)
         return {"ok": True}

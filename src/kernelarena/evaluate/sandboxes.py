@@ -38,6 +38,7 @@ class Sandbox:
         self.log_path = log_path
         self.key: str | None = None
         self.builds: dict[str, dict[str, Any]] = {}
+        self.chunks: set[int] = set()  # the arena chunks this sandbox has mapped
         self.round_trip_ms: float | None = None
         self.confinement = ""
         parent, child = Pipe()

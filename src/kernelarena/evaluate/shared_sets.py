@@ -79,7 +79,7 @@ class SetMaker:
         buffers = allocate_outputs(definition, self.job.axes, self.device)
         tensor_names = [n for n in definition.inputs if isinstance(private[n], torch.Tensor)]
         values = [private[n] for n in tensor_names] + list(buffers.values())
-        shared, handle = self.arena.share(values)  # type: ignore[arg-type]
+        shared, layout = self.arena.share(values)  # type: ignore[arg-type]
         by_name = dict(zip(tensor_names, shared, strict=False))
         inputs: dict[str, Value] = {n: by_name.get(n, private[n]) for n in definition.inputs}
         outputs = dict(zip(buffers, shared[len(tensor_names) :], strict=True))
@@ -95,9 +95,13 @@ class SetMaker:
             next(_set_ids), seed, inputs, outputs, private if keep_private else None, size
         )
         self._synchronize()
-        reply = self.sandbox.request("bind", made.id, handle, arguments, len(tensor_names), slots)
+        chunk = layout[0]
+        new_chunks = {} if chunk in self.sandbox.chunks else {chunk: self.arena.handle(chunk)}
+        reply = self.sandbox.request(
+            "bind", made.id, new_chunks, layout, arguments, len(tensor_names), slots
+        )
         _expect_ok(reply)
-        self.arena.mapped()
+        self.sandbox.chunks.add(chunk)
         self._bound.append(made)
         return made
 
@@ -123,10 +127,12 @@ class SetMaker:
             self.sandbox.request("forget", sorted(ids))
 
     def forget_all(self) -> None:
+        """At the end of a job: every set goes, and the arena is reused from its start."""
         try:
             self.forget(list(self._bound))
         except Exception:  # a dead sandbox holds nothing any more
             self._bound = []
+        self.arena.reset()
 
     def _synchronize(self) -> None:
         if self.device.type == "cuda":
