@@ -189,6 +189,8 @@ def test_cuda_extensions_build_for_the_device_and_match_the_reference(name: str)
             spec = definition.outputs[output]
             result = compare(output, produced, wanted, spec.dtype, definition.tolerance_for(output))
             assert result.ok, f"{workload.uuid}: {result.describe()}"
+        if all(t.numel() == 0 for t in outputs.values()):
+            continue  # an empty batch launches nothing: there is no graph to capture
         captured = {n: torch.empty_like(t) for n, t in outputs.items()}
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
