@@ -124,7 +124,7 @@ def validate(
         trace_set, _ = load_default(None)
         label = f"built-in library + {user_dataset_root()}"
     for problem in trace_set.problems:
-        console.print(str(problem), markup=False, highlight=False)
+        console.print(str(problem), markup=False, highlight=False, soft_wrap=True)
     counts = (
         len(trace_set.definitions),
         len(trace_set.solutions),
@@ -138,7 +138,8 @@ def validate(
         f"{label}: {counts[0]} definitions, {counts[1]} solutions, {counts[2]} workloads{skipped}, "
         f"{counts[3]} traces; {len(trace_set.problems)} problem(s)"
     )
-    console.print(summary, markup=False, highlight=False)
+    # soft_wrap: a line a script greps stays one line, however narrow the terminal.
+    console.print(summary, markup=False, highlight=False, soft_wrap=True)
     if trace_set.problems:
         raise typer.Exit(1)
 

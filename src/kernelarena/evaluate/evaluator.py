@@ -34,7 +34,7 @@ from kernelarena.data import (
 )
 from kernelarena.evaluate.arena import Arena
 from kernelarena.evaluate.crosscheck import TimingRejected
-from kernelarena.evaluate.inputs import load_reference, seed_for
+from kernelarena.evaluate.inputs import InputsError, load_reference, seed_for
 from kernelarena.evaluate.options import Options, make_trace
 from kernelarena.evaluate.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.shared_sets import (
@@ -185,6 +185,8 @@ class Evaluator:
                     definition, solution, workload, Status.PASSED, log, correctness, performance
                 )
             )
+        except InputsError as error:  # the definition's, not the solution's: nothing to judge
+            return Outcome(skipped=f"inputs cannot be generated: {error}")
         except SolutionFailed as failure:
             return self._solution_failed(failure, definition, solution, workload)
         except TimingRejected as rejected:

@@ -112,6 +112,8 @@ class SetMaker:
             target = shared.inputs[name]
             if isinstance(target, torch.Tensor) and isinstance(value, torch.Tensor):
                 target.copy_(value)
+            else:  # a scalar stays what the sandbox was given: the reference must see the same
+                fresh[name] = target
         shared.seed = seed
         shared.private = fresh if keep_private else None
         self.poison(shared)

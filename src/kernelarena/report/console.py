@@ -135,7 +135,7 @@ def definitions_table(trace_set: TraceSet) -> Table:
         "workloads",
         "traces",
     ):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "name")
     for name, definition in sorted(trace_set.definitions.items()):
         axes = ", ".join(
             f"{a}={spec.value}"
