@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.multiprocessing  # registers the CUDA IPC reductions with ForkingPickler
 
-# (chunk id, [(offset, dtype, shape)]): where a set's tensors sit in the arena.
-Layout = tuple[int, list[tuple[int, torch.dtype, tuple[int, ...]]]]
+# (chunk id or a buffer's own handle, [(offset, dtype, shape)]): where a set's tensors sit.
+Layout = tuple[int | tuple[Any, ...], list[tuple[int, torch.dtype, tuple[int, ...]]]]
 # Tensors start at multiples of this (CUDA's own allocation granularity).
 ALIGNMENT = 256
 CHUNK_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
@@ -43,18 +43,32 @@ class Arena:
         for value in values:
             offsets.append(total)
             total += -(-value.numel() * value.element_size() // ALIGNMENT) * ALIGNMENT
-        chunk, start = self._allocate(max(total, ALIGNMENT))
-        buffer = self._chunks[chunk][0]
+        where: int | tuple[Any, ...]
+        if total > CHUNK_BYTES[self.device.type]:
+            # A set larger than a chunk gets a buffer of its own, freed with the set: kept as a
+            # chunk, sets of a few GiB would pile up across jobs (an 8 GiB KV cache does).
+            buffer, where = self._new_chunk(total)
+            start = 0
+        else:
+            chunk, start = self._allocate(max(total, ALIGNMENT))
+            buffer, where = self._chunks[chunk][0], chunk
         layout = [
             (start + o, v.dtype, tuple(v.shape)) for o, v in zip(offsets, values, strict=True)
         ]
-        shared = [_view(buffer, *where) for where in layout]
+        shared = [_view(buffer, *place) for place in layout]
         for target, value in zip(shared, values, strict=True):
             target.copy_(value)
-        return shared, (chunk, layout)
+        return shared, (where, layout)
 
     def handle(self, chunk: int) -> tuple[Any, ...]:
         return self._chunks[chunk][1]
+
+    def mark(self) -> tuple[int, int]:
+        return self._chunk, self._offset
+
+    def rewind(self, mark: tuple[int, int]) -> None:
+        """Sets carved since ``mark`` are forgotten: their room is reused."""
+        self._chunk, self._offset = mark
 
     def reset(self) -> None:
         """Every set carved so far is forgotten: the next ones reuse the chunks from the start."""
@@ -108,5 +122,6 @@ def open_chunk(handle: tuple[Any, ...]) -> torch.Tensor:
 
 
 def view_layout(chunks: dict[int, torch.Tensor], layout: Layout) -> list[torch.Tensor]:
-    chunk, places = layout
-    return [_view(chunks[chunk], *where) for where in places]
+    where, places = layout
+    buffer = chunks[where] if isinstance(where, int) else open_chunk(where)
+    return [_view(buffer, *place) for place in places]

@@ -41,7 +41,6 @@ from kernelarena.evaluate.shared_sets import (
     CheckFailed,
     Job,
     SetMaker,
-    SharedSet,
     merge,
     with_details,
 )
@@ -242,8 +241,8 @@ class Evaluator:
     def _check(self, sets: SetMaker) -> Correctness:
         job = sets.job
         worst = Correctness(max_absolute_error=0.0, max_relative_error=0.0)
-        trials: list[SharedSet] = []
         for trial in range(job.options.trials):
+            mark = self.arena.mark()
             prepared = sets.make(seed_for(job.workload, f"trial{trial}"), keep_private=True)
             expected = sets.expected(prepared)
             produced = sets.call(prepared)
@@ -262,9 +261,10 @@ class Evaluator:
                 raise CheckFailed(
                     Status.INCORRECT_NUMERICAL, f"trial {trial + 1}: {changed}", worst
                 )
-            trials.append(prepared)
-        # Kept until now, so that each trial's buffers sit at new addresses.
-        sets.forget(trials)
+            # Its room goes to the next trial: a solution that caches by address fails there, and
+            # the same inputs at other addresses (``_passes_elsewhere``) say so.
+            sets.forget([prepared])
+            self.arena.rewind(mark)
         return worst
 
     def _passes_elsewhere(self, sets: SetMaker, seed: int) -> bool:

@@ -96,12 +96,15 @@ class SetMaker:
         )
         self._synchronize()
         chunk = layout[0]
-        new_chunks = {} if chunk in self.sandbox.chunks else {chunk: self.arena.handle(chunk)}
+        new_chunks = {}
+        if isinstance(chunk, int) and chunk not in self.sandbox.chunks:
+            new_chunks[chunk] = self.arena.handle(chunk)
         reply = self.sandbox.request(
             "bind", made.id, new_chunks, layout, arguments, len(tensor_names), slots
         )
         _expect_ok(reply)
-        self.sandbox.chunks.add(chunk)
+        if isinstance(chunk, int):
+            self.sandbox.chunks.add(chunk)
         self._bound.append(made)
         return made
 
