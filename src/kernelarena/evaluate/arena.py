@@ -18,8 +18,10 @@ from typing import Any
 import torch
 import torch.multiprocessing  # registers the CUDA IPC reductions with ForkingPickler
 
-# (chunk id or a buffer's own handle, [(offset, dtype, shape)]): where a set's tensors sit.
-Layout = tuple[int | tuple[Any, ...], list[tuple[int, torch.dtype, tuple[int, ...]]]]
+# (chunk id or a buffer's own handle, [(offset, dtype, shape, stride)]): where a set's tensors sit.
+Layout = tuple[
+    int | tuple[Any, ...], list[tuple[int, torch.dtype, tuple[int, ...], tuple[int, ...]]]
+]
 # Tensors start at multiples of this (CUDA's own allocation granularity).
 ALIGNMENT = 256
 CHUNK_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
@@ -40,9 +42,10 @@ class Arena:
     def share(self, values: list[torch.Tensor]) -> tuple[list[torch.Tensor], Layout]:
         """Contiguous copies of ``values`` side by side in a chunk, and where they sit."""
         offsets, total = [], 0
-        for value in values:
+        strides = [_kept_strides(v) for v in values]
+        for value, stride in zip(values, strides, strict=True):
             offsets.append(total)
-            total += -(-value.numel() * value.element_size() // ALIGNMENT) * ALIGNMENT
+            total += -(-_span(value.shape, stride) * value.element_size() // ALIGNMENT) * ALIGNMENT
         where: int | tuple[Any, ...]
         if total > CHUNK_BYTES[self.device.type]:
             # A set larger than a chunk gets a buffer of its own, freed with the set: kept as a
@@ -53,7 +56,8 @@ class Arena:
             chunk, start = self._allocate(max(total, ALIGNMENT))
             buffer, where = self._chunks[chunk][0], chunk
         layout = [
-            (start + o, v.dtype, tuple(v.shape)) for o, v in zip(offsets, values, strict=True)
+            (start + o, v.dtype, tuple(v.shape), st)
+            for o, v, st in zip(offsets, values, strides, strict=True)
         ]
         shared = [_view(buffer, *place) for place in layout]
         for target, value in zip(shared, values, strict=True):
@@ -101,14 +105,36 @@ class Arena:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _kept_strides(value: torch.Tensor) -> tuple[int, ...]:
+    """The strides a shared copy keeps: the value's own when they cover its storage densely (a
+    permuted layout is part of what a solution is given), contiguous ones otherwise."""
+    expected = 1
+    for size, step in sorted(zip(value.shape, value.stride(), strict=True), key=lambda d: d[1]):
+        if size == 1:
+            continue
+        if step != expected:
+            return tuple(torch.empty(value.shape, device="meta").stride())
+        expected *= size
+    return tuple(value.stride())
+
+
+def _span(shape: tuple[int, ...] | torch.Size, stride: tuple[int, ...]) -> int:
+    """Elements of storage a tensor of this shape and stride reaches."""
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * step for size, step in zip(shape, stride, strict=True))
+
+
 def _view(
-    buffer: torch.Tensor, offset: int, dtype: torch.dtype, shape: tuple[int, ...]
+    buffer: torch.Tensor,
+    offset: int,
+    dtype: torch.dtype,
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
 ) -> torch.Tensor:
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    count = 1
-    for size in shape:
-        count *= size
-    return buffer[offset : offset + count * itemsize].view(dtype).view(shape)
+    flat = buffer[offset : offset + _span(shape, stride) * itemsize].view(dtype)
+    return flat.as_strided(shape, stride)
 
 
 def open_chunk(handle: tuple[Any, ...]) -> torch.Tensor:
