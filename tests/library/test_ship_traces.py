@@ -18,7 +18,7 @@ ship_traces = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(ship_traces)
 
 FILE = Path("norm") / "rmsnorm_bf16.jsonl"
-H100 = "NVIDIA H100 80GB HBM3"
+H100 = "NVIDIA H1000 Made-Up"  # hardware no shipped trace comes from
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
