@@ -13,7 +13,6 @@ with its own figures and with physics (``crosscheck``).
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,13 +298,6 @@ class Evaluator:
         log: str,
     ) -> Outcome:
         return Outcome(self._trace(definition, solution, workload, status, log))
-
-
-def classify(error: Exception) -> tuple[Status, str]:
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    if isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower():
-        return Status.RUNTIME_ERROR, "out of memory: " + text
-    return Status.RUNTIME_ERROR, text
 
 
 def _device_healthy(device: torch.device) -> bool:
