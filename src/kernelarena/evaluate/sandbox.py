@@ -221,40 +221,17 @@ class Sandbox:
 
     def _graph_samples(self, fn: Any, calls: int, options: dict[str, Any]) -> list[float] | None:
         """Capture ``calls`` calls in one graph, kept for the judge's ``replay``; time its replays."""
+        from kernelarena.evaluate.timing import capture_graph, time_replays
+
         torch, device = self.torch, self.device
         try:
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                for i in range(options["warmup"]):
-                    fn(i)
-            torch.cuda.current_stream(device).wait_stream(side)
-            torch.cuda.synchronize(device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(calls):
-                    fn(i)
-            graph.replay()
-            torch.cuda.synchronize(device)
+            graph = capture_graph(fn, device, calls=calls, warmup=options["warmup"])
         except Exception:  # not capturable: host syncs, allocations outside the graph pool
             torch.cuda.synchronize(device)
             return None
         self.graph, self.graph_calls = graph, calls
-        stream = torch.cuda.current_stream(device)
-        budget = options.get("graph_budget_ms")
-        samples, spent = [], 0.0
-        for replay in range(30):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(stream)
-            graph.replay()
-            end.record(stream)
-            end.synchronize()
-            replay_ms = start.elapsed_time(end)
-            samples.append(replay_ms / calls)
-            spent += replay_ms
-            if budget is not None and replay + 1 >= 5 and spent >= budget:
-                break
-        return samples
+        timing = time_replays(graph, device, calls, budget_ms=options.get("graph_budget_ms"))
+        return timing.samples_ms
 
     def _eager(self, set_ids: list[int], count: int, deliver: bool) -> dict[str, Any]:
         """``count`` calls over the sets in turn, back to back, then the device synchronized: the

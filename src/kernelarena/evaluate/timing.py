@@ -136,6 +136,22 @@ def time_cuda_graph(
     replay timed, each sample the replay time over the calls in it. Launch gaps vanish; the L2 is
     not flushed inside a graph, so callers rotate inputs through ``fn(i)`` where that matters.
     With ``budget_ms``, replays stop once they have taken that long (after ``min_replays``)."""
+    graph = capture_graph(fn, device, calls=calls_per_graph, warmup=warmup)
+    timing = time_replays(
+        graph,
+        device,
+        calls_per_graph,
+        replays=replays,
+        budget_ms=budget_ms,
+        min_replays=min_replays,
+    )
+    del graph
+    return timing
+
+
+def capture_graph(fn: Call, device: torch.device, *, calls: int, warmup: int = 3) -> Any:
+    """Warm-up calls on a side stream, then ``calls`` calls captured in one CUDA graph, replayed
+    once (the first replay uploads it)."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -145,10 +161,22 @@ def time_cuda_graph(
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for i in range(calls_per_graph):
+        for i in range(calls):
             fn(i)
     graph.replay()
     torch.cuda.synchronize(device)
+    return graph
+
+
+def time_replays(
+    graph: Any,
+    device: torch.device,
+    calls: int,
+    *,
+    replays: int = 30,
+    budget_ms: float | None = None,
+    min_replays: int = 5,
+) -> Timing:
     samples = []
     stream = torch.cuda.current_stream(device)
     spent_ms = 0.0
@@ -160,11 +188,10 @@ def time_cuda_graph(
         end.record(stream)
         end.synchronize()
         replay_ms = start.elapsed_time(end)
-        samples.append(replay_ms / calls_per_graph)
+        samples.append(replay_ms / calls)
         spent_ms += replay_ms
         if budget_ms is not None and replay + 1 >= min_replays and spent_ms >= budget_ms:
             break
-    del graph
     return summarize(samples, "cuda_graph")
 
 
