@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export CUDA_HOME ?= /usr/local/cuda
 
-.PHONY: run test lint clean
+.PHONY: run test lint browser clean
 
 $(BIN)/kernelarena: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,19 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 
-test: lint
+# The report's browser tests drive the system's Chromium (Playwright's own download needs the
+# network): Debian's package, installed here when missing and we may (root, or sudo).
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "no chromium and no apt-get: install Chromium for the report's browser tests"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium); \
+	elif command -v sudo >/dev/null 2>&1; then \
+		sudo apt-get install -y -q chromium || (sudo apt-get update -q && sudo apt-get install -y -q chromium); \
+	else echo "no chromium and no root to install it: apt-get install chromium"; fi
+
+test: lint browser
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15
 
 clean:
