@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.jobs import Job, Timeouts
 from kernelarena.evaluate.local import LocalExecutor
 from kernelarena.evaluate.worker import describe_startup
 
 if TYPE_CHECKING:
     from kernelarena.data import TraceSet
     from kernelarena.evaluate.ray_executor import RayExecutor
-    from kernelarena.evaluate.runner import Executor
+    from kernelarena.evaluate.runner import Executor, RunSummary
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 dispatch_app = typer.Typer(
@@ -38,6 +38,15 @@ DatasetOption = Annotated[
     typer.Option(
         "--dataset",
         help="dataset folder (default: $KERNELARENA_DATASET or ~/.local/share/kernelarena/dataset)",
+    ),
+]
+
+LibraryOption = Annotated[
+    bool,
+    typer.Option(
+        "--library",
+        help="with --dataset and no names: the built-in library's definitions too "
+        "(otherwise only the dataset's own)",
     ),
 ]
 
@@ -147,7 +156,11 @@ def validate(
 @app.command()
 def run(
     names: Annotated[
-        Optional[list[str]], typer.Argument(help="definitions, families or op_types (default: all)")
+        Optional[list[str]],
+        typer.Argument(
+            help="definitions, families or op_types (default: those of --dataset; without "
+            "--dataset, the built-in library and your default dataset)"
+        ),
     ] = None,
     solutions: Annotated[
         Optional[list[str]],
@@ -163,6 +176,7 @@ def run(
         Optional[str], typer.Option("--device", help="cpu, cuda (every GPU), or cuda:0,cuda:1")
     ] = None,
     dataset: DatasetOption = None,
+    library: LibraryOption = False,
     resume: Annotated[
         bool, typer.Option(help="skip jobs whose traces are already in the dataset")
     ] = False,
@@ -243,45 +257,28 @@ def run(
         combined, user = load_default(dataset)
         _warn_problems(combined)
         options = Options(trials=trials, timing=not no_timing)
-        jobs = plan(
-            combined,
-            names,
-            _split(solutions),
-            suite or ("all" if on_gpu else "smoke"),
-            on_gpu,
-            options,
-        )
+        chosen_suite = suite or ("all" if on_gpu else "smoke")
+        selection = _selection(user, names, dataset, library)
+        jobs = plan(combined, selection.names, _split(solutions), chosen_suite, on_gpu, options)
+        jobs = [job for job in jobs if selection.keeps(job)]
     except (ValueError, ImportError, RuntimeError, ConnectionError) as error:  # PlanError too
         if runner_executor is not None:
             runner_executor.close()
-        errors.print(f"[red]{error}[/red]")
+        errors.print(str(error), style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    from kernelarena.data import DatasetError
-    from kernelarena.evaluate.runner import failed_statuses, run_jobs
+    from kernelarena.evaluate.runner import failed_statuses
     from kernelarena.report.console import failure_details, run_tables
+    from kernelarena.report.progress import plan_summary
 
-    out.print(f"{len(jobs)} jobs on {', '.join(devices)}; traces go to {user.root}")
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=out,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("evaluating", total=len(jobs))
-
-        def advance(job: object, result: object) -> None:
-            name = getattr(getattr(job, "solution", None), "name", "")
-            progress.update(task, advance=1, description=f"evaluating {name}")
-
-        try:
-            summary = run_jobs(jobs, runner_executor, user, resume=resume, on_progress=advance)
-        except (RuntimeError, DatasetError) as error:
-            errors.print(f"[red]{error}[/red]")
-            raise typer.Exit(1) from None
-        finally:
-            runner_executor.close()
+    out.print(
+        f"{plan_summary(jobs)} on {', '.join(devices)}; traces go to {user.root}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    if not jobs:
+        out.print(f"no job: no workload of these is in the {chosen_suite} suite (try --suite all)")
+    summary = _run_with_progress(jobs, runner_executor, user, resume, out)
     if as_json:
         sys.stdout.write(
             json.dumps(
@@ -317,6 +314,72 @@ def run(
     )
     if summary.failures and not allow_failures:
         raise typer.Exit(1)
+
+
+def _run_with_progress(
+    jobs: list[Job], executor: Executor, user: TraceSet, resume: bool, out: Console
+) -> RunSummary:
+    """Run the jobs with a live progress line (plain lines when ``out`` is no terminal); the
+    executor is closed either way."""
+    from kernelarena.data import DatasetError
+    from kernelarena.evaluate.runner import run_jobs
+    from kernelarena.report.progress import RunProgress
+
+    try:
+        with RunProgress(jobs, out) as progress:
+            return run_jobs(jobs, executor, user, resume=resume, on_progress=progress.on_progress)
+    except (RuntimeError, DatasetError) as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(1) from None
+    finally:
+        executor.close()
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """Which definitions a command is about, and for definitions the dataset adds workloads or
+    solutions to without defining them, which jobs are its own."""
+
+    names: list[str] | None
+    own_jobs: dict[str, tuple[set[str], set[str]]]  # definition -> (solutions, workload uuids)
+
+    def keeps(self, job: Job) -> bool:
+        limit = self.own_jobs.get(job.definition.name)
+        return limit is None or job.solution.name in limit[0] or job.workload.uuid in limit[1]
+
+
+def _selection(
+    user: TraceSet,
+    names: list[str] | None,
+    dataset: str | None,
+    library: bool,
+    command: str = "run",
+    with_traces: bool = False,
+) -> _Selection:
+    """Names choose; without names, ``--dataset D`` means D's own definitions (those it defines,
+    and those it holds workloads or solutions for: only those jobs; ``with_traces``: and those
+    it holds traces of), and the built-in library joins only with ``--library``. Without
+    either, everything (the library and the default dataset), as before."""
+    if names or not dataset or library:
+        return _Selection(names or None, {})
+    own: dict[str, tuple[set[str], set[str]]] = {}
+    if with_traces:
+        for definition in user.traces:
+            own.setdefault(definition, (set(), set()))
+    for solution in user.solutions.values():
+        if solution.definition not in user.definitions:
+            own.setdefault(solution.definition, (set(), set()))[0].add(solution.name)
+    for definition, workloads in user.workloads.items():
+        if definition not in user.definitions and workloads:
+            own.setdefault(definition, (set(), set()))[1].update(w.uuid for w in workloads)
+    chosen = sorted(set(user.definitions) | set(own))
+    if not chosen:
+        raise ValueError(
+            f"--dataset {dataset}: {user.root} holds no definitions, workloads or solutions; name "
+            f"what to {command} (kernelarena {command} rmsnorm --dataset {dataset}) or add "
+            "--library for the built-in library"
+        )
+    return _Selection(chosen, own)
 
 
 def _import_user_modules(modules: list[str]) -> None:
@@ -389,6 +452,74 @@ def export(path: Path, dataset: DatasetOption = None) -> None:
         raise typer.Exit(1) from None
     console.print(
         f"wrote {len(combined.definitions)} definitions and {len(combined.solutions)} solutions to {path}"
+    )
+
+
+@app.command()
+def report(
+    names: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="definitions, families or op_types (default: those of --dataset; without "
+            "--dataset, every one with traces)"
+        ),
+    ] = None,
+    dataset: DatasetOption = None,
+    library: LibraryOption = False,
+    hardware: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--hardware", help="only traces of this hardware model, or part of its name: H100"
+        ),
+    ] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="the HTML file to write")] = Path(
+        "report.html"
+    ),
+    model_runs: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--model-run",
+            help="a model run's JSON (examples/llama_apply.py writes one): a page with its "
+            "timings and apply's choices (repeatable)",
+        ),
+    ] = None,
+) -> None:
+    """Write one self-contained HTML file of the traces (opens offline): per definition a
+    leaderboard, latency against the shapes, the fraction of the ceiling, failures and where each
+    trace came from; a summary that ranks the definitions; a hardware filter."""
+    from kernelarena.datasets import load_default
+    from kernelarena.evaluate.runner import select_definitions
+    from kernelarena.report.html import build_report, write_report
+    from kernelarena.report.html.model_run import load_model_run
+    from kernelarena.report.html.views import hardware_models
+
+    combined, user = load_default(dataset)
+    _warn_problems(combined)
+    try:
+        selection = _selection(user, names, dataset, library, "report", with_traces=True)
+        definitions = select_definitions(combined, selection.names)
+        models = hardware_models(combined, hardware)
+        runs = [load_model_run(path) for path in model_runs or []]
+    except ValueError as error:  # PlanError, ModelRunError, an unknown hardware model
+        errors.print(str(error), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    built = build_report(combined, definitions, hardware=models, model_runs=runs)
+    if not built.definitions and not runs:
+        where = f" on {', '.join(models)}" if models else ""
+        errors.print(
+            f"no traces of {', '.join(names or [d.name for d in definitions][:5])}{where}: "
+            "run 'kernelarena run NAMES' first",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    size = write_report(output, built)
+    console.print(
+        f"wrote {output} ({size / 1e6:.1f} MB): {len(built.definitions)} definitions, "
+        f"{len(built.hardware)} hardware model(s), {built.traces} traces, {built.figures} plots",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
     )
 
 
