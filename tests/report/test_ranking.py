@@ -7,7 +7,8 @@ import math
 import pytest
 
 from kernelarena.report.html.ranking import contest, leaderboard, rank_definitions
-from kernelarena.report.html.views import collect, log_head, shape_axes
+from kernelarena.report.html.shapes import ShapeAxes, shape_axes, short_labels
+from kernelarena.report.html.views import collect, log_head
 from tests.report.synthetic import H100, H200, definition, solution, timed, toy_trace_set, workload
 
 
@@ -77,22 +78,33 @@ def test_hardware_filter_keeps_only_that_models_traces() -> None:
     assert [r.name for r in collected] == ["toy_broken", "toy_norm"]
 
 
-def test_shape_axes_leave_out_an_axis_fixed_by_another() -> None:
+def test_shape_axes_lines_and_axes_that_change_along() -> None:
     made = toy_trace_set()
     norm = collect(made, [made.definitions["toy_norm"]])[0]
-    # hidden is 4096 throughout: nothing to tell lines apart by.
-    assert shape_axes(norm.definition, norm.by_hardware[H100].points) == ("rows", [])
+    points = norm.by_hardware[H100].points
+    # hidden is 4096 throughout: one line per solution along rows.
+    assert shape_axes(norm.definition, points) == ShapeAxes("rows", [], [])
     grid = definition("grid")
-    points = [
-        timed(grid, solution("grid", "cuda", "cuda"), workload(r, h), H100, 1.0)
-        for r in (1, 2, 4)
-        for h in (64, 128)
-    ]
+    kernel = solution("grid", "cuda", "cuda")
     made_grid = toy_trace_set()
     made_grid.add_definition(grid, persist=False)
-    made_grid.traces["grid"] = points
-    collected = collect(made_grid, [grid])[0]
-    assert shape_axes(grid, collected.by_hardware[H100].points) == ("rows", ["hidden"])
+    made_grid.traces["grid"] = [
+        timed(grid, kernel, workload(r, h), H100, 1.0) for r in (1, 2, 4) for h in (64, 128)
+    ]
+    full_grid = collect(made_grid, [grid])[0].by_hardware[H100].points
+    assert shape_axes(grid, full_grid) == ShapeAxes("rows", ["hidden"], [])
+    # hidden grows with rows: one line, and the axis title says hidden changes along.
+    made_grid.traces["grid"] = [
+        timed(grid, kernel, workload(r, h), H100, 1.0) for r, h in ((1, 64), (2, 64), (4, 128))
+    ]
+    diagonal = collect(made_grid, [grid])[0].by_hardware[H100].points
+    axes = shape_axes(grid, diagonal)
+    assert axes == ShapeAxes("rows", [], ["hidden"])
+    assert sorted(short_labels(diagonal, axes).values()) == [
+        "rows=1, hidden=64",
+        "rows=2, hidden=64",
+        "rows=4, hidden=128",
+    ]
 
 
 def test_log_head_keeps_the_first_lines() -> None:

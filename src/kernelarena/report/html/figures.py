@@ -15,7 +15,8 @@ import plotly.io as pio
 from plotly.colors import qualitative
 
 from kernelarena.report.html.ranking import DefinitionRank
-from kernelarena.report.html.views import DefinitionResults, HardwareResults, Point, shape_axes
+from kernelarena.report.html.shapes import ShapeAxes, shape_axes, short_labels
+from kernelarena.report.html.views import DefinitionResults, HardwareResults, Point
 
 Figure = dict[str, Any]
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
@@ -61,43 +62,44 @@ def colours(solutions: Sequence[str]) -> dict[str, str]:
 
 
 def _layout(title: str, height: int = 440, **more: Any) -> dict[str, Any]:
-    return dict(
+    layout: dict[str, Any] = dict(
         title=dict(text=title, x=0.01, font=dict(size=14)),
         height=height,
         margin=dict(l=60, r=20, t=80, b=60),
         legend=dict(font=dict(size=11)),
         hovermode="closest",
-        **more,
     )
+    layout.update(more)
+    return layout
 
 
 def performance_figure(
     results: DefinitionResults, measured: HardwareResults, palette: dict[str, str]
 ) -> Figure | None:
     """Latency (or GB/s, TFLOP/s: a menu switches) against the shape axis, one line per solution
-    and combination of the other varying axes; log scales. None when nothing was timed."""
+    and combination of the series axes; log scales. None when nothing was timed."""
     points = measured.points
     if not points:
         return None
-    x_axis, series_axes = shape_axes(results.definition, points)
+    axes = shape_axes(results.definition, points)
     by_line: dict[tuple[str, tuple[int | None, ...]], list[Point]] = {}
     for point in points:
-        combination = tuple(point.axes.get(a) for a in series_axes)
+        combination = tuple(point.axes.get(a) for a in axes.series)
         by_line.setdefault((point.solution, combination), []).append(point)
     combinations = sorted({c for _, c in by_line}, key=_sortable)
-    numeric = x_axis is not None and len({p.axes.get(x_axis) for p in points}) > 1
+    labels = short_labels(points, axes)
     figure = go.Figure()
     drawn: list[list[Point]] = []
     for (solution, combination), line in sorted(by_line.items(), key=lambda i: _sortable(i[0])):
-        line.sort(key=lambda p: (p.axes.get(x_axis or "", 0), p.label))
+        line.sort(key=lambda p: (p.axes.get(axes.x or "", 0), p.label))
         drawn.append(line)
         style = combinations.index(combination)
-        suffix = ", ".join(f"{a}={v}" for a, v in zip(series_axes, combination, strict=True))
+        suffix = ", ".join(f"{a}={v}" for a, v in zip(axes.series, combination, strict=True))
         figure.add_scatter(
-            x=[p.axes.get(x_axis or "") if numeric else p.label for p in line],
+            x=[p.axes.get(axes.x) if axes.x else labels[p.workload] for p in line],
             y=[p.latency_us for p in line],
             error_y=_latency_spread(line),
-            mode="lines+markers" if numeric else "markers",
+            mode="lines+markers" if axes.x else "markers",
             name=results.short(solution) + (f" ({suffix})" if suffix else ""),
             legendgroup=solution,
             line=dict(color=palette[solution], dash=DASHES[style % len(DASHES)]),
@@ -105,20 +107,26 @@ def performance_figure(
             text=[_hover(results, p) for p in line],
             hovertemplate="%{text}<extra></extra>",
         )
-    _add_reference(figure, points, x_axis if numeric else None, results)
-    positive = numeric and all((p.axes.get(x_axis or "") or 0) > 0 for p in points)
+    _add_reference(figure, points, axes.x)
     figure.update_layout(
         _layout(
             f"{results.name} on {measured.hardware}",
-            xaxis=dict(
-                title=dict(text=x_axis if numeric else "workload"),
-                type="log" if positive else ("linear" if numeric else "category"),
-            ),
+            xaxis=_shape_axis(axes, points),
             yaxis=dict(title=dict(text="latency (us)"), type="log"),
             updatemenus=[_metric_menu(drawn)],
         )
     )
     return to_json(figure)
+
+
+def _shape_axis(axes: ShapeAxes, points: Sequence[Point]) -> dict[str, Any]:
+    """Log scale along a shape axis (linear when a value is 0, an empty batch); the axes that
+    change with it named in the title."""
+    if axes.x is None:
+        return dict(title=dict(text="workload"), type="category")
+    title = axes.x + (f" (with it: {', '.join(axes.along)})" if axes.along else "")
+    positive = all((p.axes.get(axes.x) or 0) > 0 for p in points)
+    return dict(title=dict(text=title), type="log" if positive else "linear")
 
 
 def _sortable(value: object) -> str:
@@ -161,9 +169,7 @@ def _tflops(value: float | None) -> str:
     return f"{value:.4g} TFLOP/s" if value else ""
 
 
-def _add_reference(
-    figure: go.Figure, points: Sequence[Point], x_axis: str | None, results: DefinitionResults
-) -> None:
+def _add_reference(figure: go.Figure, points: Sequence[Point], x_axis: str | None) -> None:
     """The reference's latency, measured beside each solution (the median of its figures)."""
     by_workload: dict[str, list[Point]] = {}
     for point in points:
@@ -209,7 +215,17 @@ def _metric_menu(lines: Sequence[Sequence[Point]]) -> dict[str, Any]:
                 args=[restyle, {"yaxis.title.text": label}, list(range(len(lines)))],
             )
         )
-    return dict(buttons=buttons, direction="right", type="buttons", x=0.0, y=1.16, xanchor="left")
+    # In the top margin at the right, clear of the title at the left.
+    return dict(
+        buttons=buttons,
+        direction="right",
+        type="buttons",
+        x=1.0,
+        xanchor="right",
+        y=1.03,
+        yanchor="bottom",
+        font=dict(size=11),
+    )
 
 
 def ceiling_figure(
@@ -220,11 +236,15 @@ def ceiling_figure(
     points = [p for p in measured.points if p.ceiling_fraction is not None]
     if not points:
         return None
-    order = sorted({(_sortable(sorted(p.axes.items())), p.label) for p in points})
+    axes = shape_axes(results.definition, points)
+    short = short_labels(points, axes)
+    order = sorted(
+        {(tuple(p.axes.get(a) or 0 for a in axes.varying), short[p.workload]) for p in points}
+    )
     labels = [label for _, label in order]
     figure = go.Figure()
     for solution in sorted({p.solution for p in points}):
-        mine = {p.label: p for p in points if p.solution == solution}
+        mine = {short[p.workload]: p for p in points if p.solution == solution}
         figure.add_bar(
             x=labels,
             y=[_percent(mine.get(label)) for label in labels],
@@ -285,9 +305,14 @@ def advantage_figure(hardware: str, ranks: Sequence[DefinitionRank]) -> Figure |
     figure.add_vline(x=1.0, line=dict(color="#444444", dash="dot"))
     figure.update_layout(
         _layout(
-            f"Library kernels against their peers on {hardware}",
-            height=120 + 22 * len(contested),
-            xaxis=dict(title=dict(text="fastest peer time / fastest kernel time"), type="log"),
+            f"Library kernels against their peers on {hardware}<br><sup>green: faster than "
+            "every peer at every workload; orange: at some; grey: at none</sup>",
+            height=170 + 22 * len(contested),
+            margin=dict(l=60, r=20, t=105, b=30),
+            # On top: the chart is tall and is read from the top.
+            xaxis=dict(
+                title=dict(text="fastest peer time / fastest kernel time"), type="log", side="top"
+            ),
             yaxis=dict(type="category", automargin=True),
             showlegend=False,
         )

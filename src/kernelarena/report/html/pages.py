@@ -124,8 +124,8 @@ def _leaderboard_table(results: DefinitionResults, measured: HardwareResults) ->
         )
     headers = (
         "solution", "language", "author", "side", "passed", "failed", "timed",
-        "speedup over the reference (geomean, min-max)",
-        "fraction of the ceiling (median, min-max)", "fastest at",
+        "speedup over the reference: geomean (min-max)",
+        "of the ceiling: median (min-max)", "fastest at",
     )  # fmt: skip
     return table(headers, rows, numeric=(4, 5, 6, 7, 8, 9))
 
@@ -239,8 +239,9 @@ def _ranking_table(ranks: Sequence[DefinitionRank]) -> str:
             ]
         )
     headers = (
-        "rank", "definition", "op_type", "leader", "leader's speedup (geomean, min-max)",
-        "leader's fraction of the ceiling", "kernels / peers", "kernels beat every peer at",
+        "rank", "definition", "op_type", "leader", "leader's speedup: geomean (min-max)",
+        "leader's share of the ceiling", "peer time / kernel time: geomean",
+        "kernels beat every peer at",
         "passed", "failed",
     )  # fmt: skip
     return table(headers, rows, numeric=(0, 4, 5, 6, 7, 8, 9))

@@ -7,7 +7,6 @@ replaces an earlier figure, and a solution that failed once and passes now is sh
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -243,30 +242,6 @@ def _note_provenance(provenance: Provenance, trace: Trace, current: bool) -> Non
     stamp = evaluation.timestamp
     provenance.first = min(provenance.first or stamp, stamp)
     provenance.last = max(provenance.last, stamp)
-
-
-def shape_axes(definition: Definition, points: Sequence[Point]) -> tuple[str | None, list[str]]:
-    """The axis to plot along (the var axis with the most distinct values, first declared on a
-    tie) and the other axes that tell lines apart: those that vary and are not fixed by the axes
-    already chosen (``k_packed`` follows from ``k`` and adds no line)."""
-    var_axes = [a for a, spec in definition.axes.items() if spec.type == "var"]
-    values = {a: {p.axes.get(a) for p in points} for a in var_axes}
-    varying = [a for a in var_axes if len(values[a]) > 1]
-    if not varying:
-        return (var_axes[0] if var_axes else None), []
-    ordered = sorted(varying, key=lambda a: (-len(values[a]), var_axes.index(a)))
-    chosen = [ordered[0]]
-    for axis in ordered[1:]:
-        if not _determined(axis, chosen, points):
-            chosen.append(axis)
-    return chosen[0], chosen[1:]
-
-
-def _determined(axis: str, by: list[str], points: Sequence[Point]) -> bool:
-    seen: dict[tuple[int | None, ...], set[int | None]] = defaultdict(set)
-    for point in points:
-        seen[tuple(point.axes.get(a) for a in by)].add(point.axes.get(axis))
-    return all(len(v) == 1 for v in seen.values())
 
 
 def hardware_models(trace_set: TraceSet, wanted: list[str] | None) -> list[str] | None:
