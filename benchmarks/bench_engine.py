@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import environment, result_path
+from benchmarks.harness import environment, write_report
 from kernelarena.data import (
     AxisVar,
     BuildSpec,
@@ -245,12 +245,7 @@ def main() -> None:
         "device": "NVIDIA H200",
         "date": "2026-11-22",
     }
-    path = result_path("engine", report["environment"])
-    if arguments.label:
-        path = path.with_name(f"{path.stem}_{arguments.label}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + "\n")
-    print("wrote", path)
+    print("wrote", write_report("engine", report, arguments.label))
 
 
 if __name__ == "__main__":

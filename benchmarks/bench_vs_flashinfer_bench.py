@@ -46,7 +46,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_engine import python_bytecode
-from benchmarks.harness import environment, result_path
+from benchmarks.harness import environment, write_report
 
 try:
     from flashinfer_bench.data import (
@@ -716,12 +716,7 @@ def main() -> None:
     report = build_report(setup, records, batches, arguments.git_rev)
     report["priming_s"] = primed_s
     print_summary(report["summary"], report["latency_agreement"], report["jobs"])
-    path = result_path("vs_flashinfer_bench", report["environment"])
-    if arguments.label:
-        path = path.with_name(f"{path.stem}_{arguments.label}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + "\n")
-    print("wrote", path)
+    print("wrote", write_report("vs_flashinfer_bench", report, arguments.label))
 
 
 if __name__ == "__main__":

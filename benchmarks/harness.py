@@ -157,10 +157,7 @@ def run(
         "rows": [_row_json(r) for r in rows],
     }
     if write:
-        path = result_path(name, report["environment"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=1) + "\n")
-        report["path"] = str(path)
+        report["path"] = str(write_report(name, report))
     print_table(report)
     return report
 
@@ -206,6 +203,16 @@ def _row_json(row: Row) -> dict[str, Any]:
 def result_path(name: str, env: dict[str, Any]) -> Path:
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(env.get("device", "cpu"))).strip("-").lower()
     return RESULTS / f"{name}_{device}_{env['date'][:10]}.json"
+
+
+def write_report(name: str, report: dict[str, Any], label: str = "") -> Path:
+    """``report`` as JSON at ``result_path`` (``_<label>`` before the suffix when given)."""
+    path = result_path(name, report["environment"])
+    if label:
+        path = path.with_name(f"{path.stem}_{label}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    return path
 
 
 def print_table(report: dict[str, Any]) -> None:
