@@ -13,6 +13,8 @@ import functools
 import os
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kernelarena.build.base import BuildError, DependencyMissing, Runnable
@@ -115,29 +117,22 @@ class CudaBuilder:
                 "CUDA_HOME": str(cuda_home()),
                 "TVM_FFI_CUDA_ARCH_LIST": arch_list_entry(arch),
             }
-            saved = {k: os.environ.get(k) for k in environment}
-            os.environ.update(environment)
-            try:
-                tvm_ffi.cpp.build(
-                    name=name,
-                    cuda_files=cuda_files or None,
-                    cpp_files=cpp_files or None,
-                    extra_cuda_cflags=list(CUDA_FLAGS),
-                    extra_cflags=["-O3", "-std=c++17"],
-                    extra_ldflags=link,
-                    extra_include_paths=[str(folder)],
-                    build_directory=str(folder),
-                )
-            except Exception as error:
-                raise BuildError(
-                    f"compiling for sm_{arch} failed:\n{trim_log(str(error))}"
-                ) from None
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+            with environment_set(environment):
+                try:
+                    tvm_ffi.cpp.build(
+                        name=name,
+                        cuda_files=cuda_files or None,
+                        cpp_files=cpp_files or None,
+                        extra_cuda_cflags=list(CUDA_FLAGS),
+                        extra_cflags=["-O3", "-std=c++17"],
+                        extra_ldflags=link,
+                        extra_include_paths=[str(folder)],
+                        build_directory=str(folder),
+                    )
+                except Exception as error:
+                    raise BuildError(
+                        f"compiling for sm_{arch} failed:\n{trim_log(str(error))}"
+                    ) from None
 
         library = cached_build("tvm_ffi", key, f"{name}.so", compile_into)
         try:
@@ -170,3 +165,18 @@ def arch_list_entry(arch: str) -> str:
 
 def trim_log(log: str, limit: int = 6000) -> str:
     return log if len(log) <= limit else log[:2000] + "\n...\n" + log[-(limit - 2000) :]
+
+
+@contextmanager
+def environment_set(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in os.environ for the duration (build tools read their settings from there)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import os
 import sys
 import types
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from kernelarena.build.base import BuildError, DependencyMissing, Runnable
@@ -30,6 +27,7 @@ from kernelarena.build.cuda import (
     arch_list_entry,
     choose_arch,
     cuda_home,
+    environment_set,
     toolchain_version,
     trim_log,
 )
@@ -133,7 +131,7 @@ def _compile(
     environment = {"TORCH_CUDA_ARCH_LIST": arch_list_entry(arch)} if arch else {}
     if with_cuda:
         environment["CUDA_HOME"] = str(cuda_home())
-    with _environment(environment):
+    with environment_set(environment):
         try:
             cpp_extension.load(
                 name=name,
@@ -151,20 +149,6 @@ def _compile(
             raise BuildError(
                 f"compiling the torch extension for {target} failed:\n{trim_log(str(error))}"
             ) from None
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _import_extension(name: str, library: Path) -> types.ModuleType:
