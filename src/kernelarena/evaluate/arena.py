@@ -132,7 +132,7 @@ def _view(
     shape: tuple[int, ...],
     stride: tuple[int, ...],
 ) -> torch.Tensor:
-    itemsize = torch.empty(0, dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     flat = buffer[offset : offset + _span(shape, stride) * itemsize].view(dtype)
     return flat.as_strided(shape, stride)
 

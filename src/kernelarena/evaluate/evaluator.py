@@ -40,9 +40,11 @@ from kernelarena.evaluate.shared_sets import (
     CheckFailed,
     Job,
     SetMaker,
+    SolutionFailed,
     merge,
     with_details,
 )
+from kernelarena.evaluate.timing import device_healthy
 
 _REUSED = (
     "the solution reuses results across calls: the same inputs at other addresses pass, so it "
@@ -55,16 +57,6 @@ class Outcome:
     trace: Trace | None = None
     skipped: str | None = None
     fatal: bool = False
-
-
-class SolutionFailed(Exception):
-    """The sandbox answered a request with an error (an exception in the solution's code)."""
-
-    def __init__(self, reply: dict[str, Any]) -> None:
-        super().__init__(str(reply.get("error", "")))
-        self.kind = str(reply.get("kind", "runtime"))
-        self.log = str(reply.get("error", ""))[-6000:]
-        self.healthy = reply.get("healthy") is not False
 
 
 class Evaluator:
@@ -214,7 +206,7 @@ class Evaluator:
         if not failure.healthy:
             log += "\nThe solution's CUDA context is no longer usable; its process is replaced."
             self.sandboxes.retire()
-            fatal = self.device.type == "cuda" and not _device_healthy(self.device)
+            fatal = self.device.type == "cuda" and not device_healthy(self.device)
         return Outcome(self._trace(definition, solution, workload, status, log), fatal=fatal)
 
     # -- caches ---------------------------------------------------------------------------------
@@ -298,11 +290,3 @@ class Evaluator:
         log: str,
     ) -> Outcome:
         return Outcome(self._trace(definition, solution, workload, status, log))
-
-
-def _device_healthy(device: torch.device) -> bool:
-    try:
-        torch.cuda.synchronize(device)
-        return float(torch.ones(1, device=device).add_(1).item()) == 2.0
-    except Exception:
-        return False

@@ -77,13 +77,9 @@ class Sandbox:
         return {"error": text[-6000:], "kind": kind, "healthy": self._healthy()}
 
     def _healthy(self) -> bool:
-        if not self.on_gpu:
-            return True
-        try:
-            self.torch.cuda.synchronize(self.device)
-            return float(self.torch.ones(1, device=self.device).add_(1).item()) == 2.0
-        except Exception:
-            return False
+        from kernelarena.evaluate.timing import device_healthy
+
+        return not self.on_gpu or device_healthy(self.device)
 
     def _sync(self) -> None:
         if self.on_gpu:
@@ -192,7 +188,7 @@ class Sandbox:
         return reply
 
     def _timed(self, set_ids: list[int], options: dict[str, Any], graph: bool) -> dict[str, Any]:
-        from kernelarena.evaluate.timing import time_cpu, time_cuda
+        from kernelarena.evaluate.timing import time_events_or_clock
 
         torch, fn = self.torch, self._caller(set_ids)
         with torch.no_grad():
@@ -200,23 +196,14 @@ class Sandbox:
                 samples = self._graph_samples(fn, max(20, len(set_ids)), options)
                 if samples is not None:
                     return {"mode": "cuda_graph", "samples_ms": samples}
-            if not self.on_gpu:
-                timing = time_cpu(
-                    fn,
-                    warmup=options["warmup"],
-                    max_iterations=options["max_iterations"],
-                    min_iterations=min(3, options["min_iterations"]),
-                    budget_ms=options["budget_ms"],
-                )
-            else:
-                timing = time_cuda(
-                    fn,
-                    self.device,
-                    warmup=options["warmup"],
-                    max_iterations=options["max_iterations"],
-                    min_iterations=options["min_iterations"],
-                    budget_ms=options["budget_ms"],
-                )
+            timing = time_events_or_clock(
+                fn,
+                self.device,
+                warmup=options["warmup"],
+                max_iterations=options["max_iterations"],
+                min_iterations=options["min_iterations"],
+                budget_ms=options["budget_ms"],
+            )
         return {"mode": timing.mode, "samples_ms": timing.samples_ms}
 
     def _graph_samples(self, fn: Any, calls: int, options: dict[str, Any]) -> list[float] | None:

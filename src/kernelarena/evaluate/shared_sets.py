@@ -32,6 +32,16 @@ class CheckFailed(Exception):
         self.correctness = correctness
 
 
+class SolutionFailed(Exception):
+    """The sandbox answered a request with an error (an exception in the solution's code)."""
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        super().__init__(str(reply.get("error", "")))
+        self.kind = str(reply.get("kind", "runtime"))
+        self.log = str(reply.get("error", ""))[-6000:]
+        self.healthy = reply.get("healthy") is not False
+
+
 @dataclass(frozen=True)
 class Job:
     definition: Definition
@@ -208,8 +218,6 @@ class SetMaker:
 
 def expect_success(reply: dict[str, Any]) -> None:
     if "error" in reply:
-        from kernelarena.evaluate.evaluator import SolutionFailed
-
         raise SolutionFailed(reply)
 
 

@@ -285,3 +285,40 @@ def prefers_graph(fn: Call, device: torch.device, *, warmup: int, graph_below_us
             torch.cuda.synchronize(device)
             return False
     return probe.median_ms * 1e3 < graph_below_us
+
+
+def time_events_or_clock(
+    fn: Call,
+    device: torch.device,
+    *,
+    warmup: int,
+    max_iterations: int,
+    min_iterations: int,
+    budget_ms: float,
+) -> Timing:
+    """Per-call CUDA events (L2 flushed) on a GPU; the CPU clock (at least 3 calls) elsewhere."""
+    if device.type != "cuda":
+        return time_cpu(
+            fn,
+            warmup=warmup,
+            max_iterations=max_iterations,
+            min_iterations=min(3, min_iterations),
+            budget_ms=budget_ms,
+        )
+    return time_cuda(
+        fn,
+        device,
+        warmup=warmup,
+        max_iterations=max_iterations,
+        min_iterations=min_iterations,
+        budget_ms=budget_ms,
+    )
+
+
+def device_healthy(device: torch.device) -> bool:
+    """Whether the CUDA context still runs work (an illegal address leaves it unusable)."""
+    try:
+        torch.cuda.synchronize(device)
+        return float(torch.ones(1, device=device).add_(1).item()) == 2.0
+    except Exception:
+        return False

@@ -38,7 +38,7 @@ from kernelarena.evaluate.shared_sets import (
     expect_success,
     with_details,
 )
-from kernelarena.evaluate.timing import Timing, time_cpu, time_cuda, time_cuda_graph
+from kernelarena.evaluate.timing import Timing, time_cuda_graph, time_events_or_clock
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.evaluator import Evaluator
@@ -250,15 +250,7 @@ def time_reference(sets: SetMaker, graph: bool, count: int) -> Timing:
                 )
             except Exception:  # a reference that cannot be captured: events below
                 torch.cuda.synchronize(device)
-        if device.type != "cuda":
-            return time_cpu(
-                lambda i: run(*arguments[i % 2]),
-                warmup=options.warmup,
-                max_iterations=options.max_iterations,
-                min_iterations=min(3, options.min_iterations),
-                budget_ms=options.budget_ms,
-            )
-        return time_cuda(
+        return time_events_or_clock(
             lambda i: run(*arguments[i % 2]),
             device,
             warmup=options.warmup,
