@@ -6,18 +6,22 @@ before this process builds the schemas (kernelarena.data, 0.25 s) and loads the 
 
 from __future__ import annotations
 
-import json
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from kernelarena.evaluate.bytecode import keep_bytecode_here
 
-import typer
-from rich.console import Console
+keep_bytecode_here()  # before the imports below, which it speeds up where no bytecode is kept
 
-from kernelarena.evaluate.jobs import Job, Timeouts
-from kernelarena.evaluate.local import LocalExecutor
-from kernelarena.evaluate.worker import describe_startup
+import json  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Optional  # noqa: E402
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from kernelarena.evaluate.jobs import Job, Timeouts  # noqa: E402
+from kernelarena.evaluate.local import LocalExecutor  # noqa: E402
+from kernelarena.evaluate.worker import describe_startup  # noqa: E402
 
 if TYPE_CHECKING:
     from kernelarena.data import TraceSet

@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelarena.evaluate.bytecode import with_bytecode
 from kernelarena.evaluate.jobs import JobResult, Timeouts
 from kernelarena.evaluate.worker import read_tail
 
@@ -126,7 +127,9 @@ class LocalExecutor:
         ]
         if not self.measure_ceilings:
             command.append("--no-ceilings")
-        environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        environment = with_bytecode(
+            dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)), writes=True
+        )
         spawned_at = time.time()
         process = subprocess.Popen(
             command,
