@@ -15,7 +15,7 @@ import contextlib
 import ctypes
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -139,21 +139,60 @@ def _parents() -> dict[int, int]:
     return parents
 
 
+def _children_files() -> bool:
+    """Whether this kernel lists each thread's children (/proc/PID/task/TID/children)."""
+    pid = os.getpid()
+    return os.path.exists(f"/proc/{pid}/task/{pid}/children")
+
+
+_HAS_CHILDREN_FILES = _children_files()
+
+
+def _children(pid: int) -> list[int]:
+    """Live (not zombie) children of ``pid``: read from its threads' lists, far cheaper than
+    reading every process's stat (a judge asks after every job)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                found += [int(child) for child in handle.read().split()]
+        except OSError:
+            continue
+    return [child for child in found if not _zombie(child)]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return True  # gone
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return not fields or fields[0] == b"Z"
+
+
 def descendants(root: int) -> list[int]:
     """Live (not zombie) processes below ``root``."""
-    try:
-        parents = _parents()
-    except OSError:
-        return []
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
+    children_of: Callable[[int], list[int]] = _children
+    if not _HAS_CHILDREN_FILES:
+        try:
+            parents = _parents()
+        except OSError:
+            return []
+        table: dict[int, list[int]] = {}
+        for pid, parent in parents.items():
+            table.setdefault(parent, []).append(pid)
+        children_of = lambda pid: table.get(pid, [])  # noqa: E731
     found: list[int] = []
-    frontier = list(children.get(root, []))
+    frontier = list(children_of(root))
     while frontier:
         pid = frontier.pop()
         found.append(pid)
-        frontier += children.get(pid, [])
+        frontier += children_of(pid)
     return found
 
 

@@ -84,6 +84,28 @@ class SetMaker:
         )
 
     def make(self, seed: int, keep_private: bool = False) -> SharedSet:
+        return self.make_many([seed], keep_private)[0]
+
+    def make_many(self, seeds: list[int], keep_private: bool = False) -> list[SharedSet]:
+        """A set per seed, bound in the sandbox by one request (rotated sets come by the dozen)."""
+        made, bindings = [], []
+        for seed in seeds:
+            shared, binding = self._share(seed, keep_private)
+            made.append(shared)
+            bindings.append(binding)
+        self._synchronize()
+        new_chunks: dict[int, Any] = {}
+        for _, layout, _, _, _ in bindings:
+            chunk = layout[0]
+            if isinstance(chunk, int) and chunk not in self.sandbox.chunks:
+                new_chunks[chunk] = self.arena.handle(chunk)
+        _expect_ok(self.sandbox.request("bind", new_chunks, bindings))
+        self.sandbox.chunks.update(new_chunks)
+        self._bound.extend(made)
+        return made
+
+    def _share(self, seed: int, keep_private: bool) -> tuple[SharedSet, tuple[Any, ...]]:
+        """One draw copied into the arena, and what the sandbox needs to bind it."""
         definition = self.job.definition
         private = self.draw(seed)
         buffers = allocate_outputs(definition, self.job.axes, self.device)
@@ -104,19 +126,7 @@ class SetMaker:
         made = SharedSet(
             next(_set_ids), seed, inputs, outputs, private if keep_private else None, size
         )
-        self._synchronize()
-        chunk = layout[0]
-        new_chunks = {}
-        if isinstance(chunk, int) and chunk not in self.sandbox.chunks:
-            new_chunks[chunk] = self.arena.handle(chunk)
-        reply = self.sandbox.request(
-            "bind", made.id, new_chunks, layout, arguments, len(tensor_names), slots
-        )
-        _expect_ok(reply)
-        if isinstance(chunk, int):
-            self.sandbox.chunks.add(chunk)
-        self._bound.append(made)
-        return made
+        return made, (made.id, layout, arguments, len(tensor_names), slots)
 
     def refill(self, shared: SharedSet, seed: int, keep_private: bool) -> None:
         """New values at the same addresses; outputs poisoned again."""

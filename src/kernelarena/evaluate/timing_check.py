@@ -60,7 +60,7 @@ CLOCK_BATCHES = 3
 def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, str]:
     job = sets.job
     on_gpu = sets.device.type == "cuda"
-    timed = [sets.make(seed_for(job.workload, f"timing{i}")) for i in range(2)]
+    timed = sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2)])
     options = asdict(job.options)
     graph = False
     if on_gpu:
@@ -68,17 +68,15 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
         expect_success(reply)
         graph = reply.get("graph") is True
     if graph:
-        timed += [
-            sets.make(seed_for(job.workload, f"timing{i}"))
-            for i in range(2, rotation(timed[0], sets.device))
-        ]
+        count = rotation(timed[0], sets.device)
+        timed += sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2, count)])
     reply = sets.sandbox.request(
         "time", [s.id for s in (timed if graph else timed[:2])], options, graph
     )
     expect_success(reply)
     reported = reported_timing(reply)
     rotated = timed if reported.mode == "cuda_graph" else timed[:2]
-    eager_ms = eager_clock(sets, rotated, reported.median_ms)
+    eager_ms = eager_clock(sets, rotated)
     verify_after_timing(sets, rotated)
     graph_ms = replay_clock(sets, reported.median_ms) if reported.mode == "cuda_graph" else None
     clock = JudgeClock(eager_call_ms=eager_ms, graph_call_ms=graph_ms)
@@ -105,21 +103,35 @@ def rotation(shared: SharedSet, device: torch.device) -> int:
     return max(2, min(64, -(-2 * l2_bytes // max(shared.bytes, 1))))
 
 
-def eager_clock(sets: SetMaker, timed: list[SharedSet], reported_ms: float) -> float:
+def eager_clock(sets: SetMaker, timed: list[SharedSet]) -> float:
     """The judge's clock around eager loops over the timed sets, each long enough
-    (``REPLAY_SPAN_MS`` by the reported time, within bounds) that one synchronization and round
-    trip are noise; the fastest of ``CLOCK_BATCHES``, so that a loop the scheduler preempted does
-    not count. Ms per call, host launch included."""
-    rounds = int(REPLAY_SPAN_MS / max(reported_ms * len(timed), 1e-4)) + 1
-    count = len(timed) * max(1, min(EAGER_ROUNDS, rounds))
+    (``REPLAY_SPAN_MS``, within bounds) that one synchronization and round trip are noise; the
+    fastest of ``CLOCK_BATCHES``, so that a loop the scheduler preempted does not count. Ms per
+    call, host launch included. The loop's length is found by growing it until it lasts that long
+    on the judge's clock (as ``timeit`` sizes its loops), not from the reported time: a launch
+    often costs far more than the GPU time, and a false report must not size the loop either."""
     ids = [s.id for s in timed]
-    return _fastest(sets, lambda: sets.sandbox.request("eager", ids, count, False)) / count
+
+    def loop(calls: int, batches: int = CLOCK_BATCHES) -> float:
+        return _fastest(sets, lambda: sets.sandbox.request("eager", ids, calls, False), batches)
+
+    most = len(ids) * EAGER_ROUNDS
+    count = len(ids)
+    while count < most:
+        wall = loop(count, batches=1)
+        if wall >= REPLAY_SPAN_MS:
+            break
+        wanted = count * REPLAY_SPAN_MS / max(wall, 1e-3)
+        count = min(most, max(2 * count, -(-int(wanted) // len(ids)) * len(ids)))
+    return loop(count) / count
 
 
-def _fastest(sets: SetMaker, request: Callable[[], dict[str, Any]]) -> float:
-    """The least wall time of ``CLOCK_BATCHES`` requests, less the round trip, in ms."""
+def _fastest(
+    sets: SetMaker, request: Callable[[], dict[str, Any]], batches: int = CLOCK_BATCHES
+) -> float:
+    """The least wall time of ``batches`` requests, less the round trip, in ms."""
     walls = []
-    for _ in range(CLOCK_BATCHES):
+    for _ in range(batches):
         if sets.device.type == "cuda":
             torch.cuda.synchronize(sets.device)
         started = time.perf_counter()
@@ -130,11 +142,16 @@ def _fastest(sets: SetMaker, request: Callable[[], dict[str, Any]]) -> float:
 
 
 def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
-    """Refill every timed set in place, poison its outputs, call each once, then check: every
-    output complete the moment the calls returned, the sampled sets equal to the reference."""
+    """Poison every timed set's outputs and refill the sampled sets' inputs in place with new
+    values, call each set once, then check: every output complete the moment the calls returned,
+    the sampled sets equal to the reference. (The others keep their values: they are checked for
+    completeness only, so new values there would cost draws and prove nothing more.)"""
     sampled = set(random.sample(range(len(timed)), min(SAMPLED_SETS, len(timed))))
     for index, shared in enumerate(timed):
-        sets.refill(shared, seed_for(sets.job.workload, f"refresh{index}"), index in sampled)
+        if index in sampled:
+            sets.refill(shared, seed_for(sets.job.workload, f"refresh{index}"), True)
+        else:
+            sets.poison(shared)
     if sets.device.type == "cuda":
         torch.cuda.synchronize(sets.device)
     expect_success(sets.sandbox.request("eager", [s.id for s in timed], len(timed), True))
