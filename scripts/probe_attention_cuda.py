@@ -16,9 +16,12 @@ the others' results. Prints a table last; with $OUT set, writes $OUT/probe_atten
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import datetime
+import functools
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -96,7 +99,12 @@ def cuda_solution(suffix: str):
 
 
 # Variants built from the same sources with macros set at the top of the .cu file.
-VARIANTS = {"cuda": "", "cuda_pp": "#define ATTENTION_PREFILL_PINGPONG 1\n"}
+VARIANTS = {
+    "cuda": "",
+    "cuda_nopp": "#define ATTENTION_PREFILL_PINGPONG 0\n",
+    "cuda_s3": "#define ATTENTION_PREFILL_D128_STAGES 3\n",
+}
+CHECKED_VARIANTS = ("cuda_s3",)  # checked on a few cases besides the default
 
 
 def built(suffix: str, variant: str = "cuda", cache: dict = {}):  # noqa: B006 - per process
@@ -230,6 +238,9 @@ def misaligned_case(suffix):
 
 
 def phase_check():
+    # The variants compile side by side (one nvcc each) while nothing else needs the GPU.
+    with concurrent.futures.ThreadPoolExecutor(len(VARIANTS)) as pool:
+        list(pool.map(lambda variant: built("bf16", variant), VARIANTS))
     records = []
     for label, suffix, shape, causal, params in CHECKS:
         started = time.perf_counter()
@@ -241,10 +252,12 @@ def phase_check():
         record["seconds"] = round(time.perf_counter() - started, 2)
         print(json.dumps(record), flush=True)
         records.append(record)
-    for label, suffix, shape, causal, params in CHECKS[2:8]:
-        label = f"{label} (ping-pong)"
+    for (label, suffix, shape, causal, params), variant in itertools.product(
+        [c for c in CHECKS if c[2][-1] == 128][2:6], CHECKED_VARIANTS
+    ):
+        label = f"{label} ({variant})"
         try:
-            record = check_one(label, suffix, shape, causal, params, variant="cuda_pp")
+            record = check_one(label, suffix, shape, causal, params, variant=variant)
         except Exception as error:
             record = {"label": label, "dtype": suffix, "shape": list(shape), "causal": causal}
             record.update(ok=False, problems=[f"{type(error).__name__}: {error}"[:800]])
@@ -290,7 +303,7 @@ def time_shape(label, suffix, shape, causal, cudnn):
     flops = 4 * b * h * sq * skv * d / (2 if causal else 1)
     record = {"label": label, "dtype": suffix, "shape": list(shape), "causal": causal}
     _, ours = built(suffix)
-    _, ours_pp = built(suffix, "cuda_pp")
+    variants = {v: built(suffix, v)[1] for v in VARIANTS if v != "cuda"}
     triton_run = build(f"attention_prefill_{suffix}", "triton", "cuda")
 
     def flash():
@@ -304,7 +317,11 @@ def time_shape(label, suffix, shape, causal, cudnn):
         "cudnn": lambda: cudnn.attention(q, k, v, scale, causal),
         "flash": flash,
         "triton": lambda: triton_run(q, k, v, scale, causal, o, lse),
-        "cuda_pp": lambda: ours_pp(q, k, v, scale, causal, o, lse),
+        **{
+            name: functools.partial(variant, q, k, v, scale, causal, o, lse)
+            for name, variant in variants.items()
+            if d == 128 or name != "cuda_s3"  # the stage count is head_dim 128's only
+        },
         "cuda_again": lambda: ours(q, k, v, scale, causal, o, lse),
     }
     for name, fn in providers.items():
@@ -408,7 +425,7 @@ def run_phase(phase):
     return records, code, err[-3000:]
 
 
-PROVIDERS = ("cuda", "cuda_again", "cuda_pp", "cudnn", "flash", "triton")
+PROVIDERS = ("cuda", "cuda_again", *list(VARIANTS)[1:], "cudnn", "flash", "triton")
 
 
 def table(checks, timings):
@@ -466,7 +483,10 @@ def main():
             json.dumps(result, indent=1)
         )
     print(table(checks, timings))
-    ok = all(r.get("ok") for r in checks) and len(checks) == len(CHECKS) + 7
+    ok = (
+        all(r.get("ok") for r in checks)
+        and len(checks) == len(CHECKS) + 4 * len(CHECKED_VARIANTS) + 1
+    )
     print("all checks passed" if ok else "some checks failed or did not run")
 
 

@@ -126,6 +126,19 @@ OPERATOR = OperatorSpec(
             description="FlashAttention-2 loop; TMA descriptors and pipelined loads on sm_90.",
         ),
         SolutionSpec(
+            "cuda",
+            "cuda",
+            "cuda/attention_prefill.cu::run",
+            extra_files=(
+                "cuda/attention_prefill_ptx.cuh",
+                "cuda/attention_prefill_sm90.cuh",
+                "cuda/attention_prefill_simple.cuh",
+            ),
+            targets=("sm_90a",),
+            description="FlashAttention-3 structure in PTX: TMA, mbarriers, wgmma, a producer "
+            "and two ping-ponged consumer warpgroups; a portable path for strides TMA cannot take.",
+        ),
+        SolutionSpec(
             "sdpa_flash",
             "python",
             "torch/sdpa_flash.py::run",

@@ -27,6 +27,11 @@
 #include "attention_prefill_simple.cuh"
 #include "attention_prefill_sm90.cuh"
 
+// K/V stages for head_dim 128: 2 take 160 KB of shared memory, 3 take 224 KB (the most that fits).
+#ifndef ATTENTION_PREFILL_D128_STAGES
+#define ATTENTION_PREFILL_D128_STAGES 2
+#endif
+
 namespace {
 
 using tvm::ffi::TensorView;
@@ -182,7 +187,8 @@ void dispatch(const TensorView& q, const TensorView& k, const TensorView& v, flo
   bool done = false;
   if (k.size(2) > 0) {
     if (head_dim == 128) {
-      done = launch_sm90<T, 128, 2>(q, k, v, sm_scale, causal, o, lse, stream);
+      done = launch_sm90<T, 128, ATTENTION_PREFILL_D128_STAGES>(q, k, v, sm_scale, causal, o, lse,
+                                                                stream);
     } else if (head_dim == 64) {
       done = launch_sm90<T, 64, 4>(q, k, v, sm_scale, causal, o, lse, stream);
     }
