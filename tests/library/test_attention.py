@@ -234,20 +234,47 @@ def test_triton_other_path(operator: str, dtype: str, device: torch.device) -> N
         )
 
 
-@pytest.mark.parametrize("splits", [1, 4])
-def test_decode_splits(splits: int, device: torch.device) -> None:
-    """One split writes the output directly; several go through the combine kernel, including
-    splits that lie wholly past a sequence's end (lengths 0 and 1 in a 33-position cache)."""
+@pytest.mark.parametrize(
+    ("splits", "combine"),
+    [(1, "kernel"), (4, "kernel"), (4, "fused"), (50, "kernel"), (50, "fused")],
+)
+def test_decode_splits(splits: int, combine: str, device: torch.device) -> None:
+    """One split writes the output directly; several are merged by the combine kernel or by the
+    last split of each (sequence, KV head) (``fused``). Chunks are cut from each sequence's own
+    length, so lengths 0 and 1 in a 33-position cache leave splits with no key; 50 splits is more
+    than the positions of any sequence (every chunk 1 token or empty). Twice in a row: the fused
+    merge's counters must be back at 0 after a call."""
+    module = sys.modules[runnable("attention_decode_fp16", "triton", str(device)).fn.__module__]
     for dtype in DTYPES:
         name = f"attention_decode_{dtype}"
         launch = launcher(name, str(device))
+        config = {"combine": combine}
         for workload in load_library().workloads_for(name, tags=("smoke",)):
+            for salt in ("splits", "again"):
+                check(
+                    name,
+                    workload,
+                    str(device),
+                    call=functools.partial(launch, num_splits=splits, config=config),
+                    salt=salt,
+                )
+    for counters in module._COUNTERS.values():
+        assert int(counters.abs().sum()) == 0, "a fused merge left a counter set"
+
+
+def test_decode_odd_lengths_many_splits(device: torch.device) -> None:
+    """The correctness workloads (lengths drawn from 0, BSHD caches, batch 0, GQA 4 and 1, head_dim
+    64 and 128) at split counts a GPU plan picks for small batches, both merges."""
+    name = "attention_decode_bf16"
+    launch = launcher(name, str(device))
+    for workload in workloads(name, large=device.type == "cuda"):
+        for splits, combine in ((7, "fused"), (33, "kernel")):
             check(
                 name,
                 workload,
                 str(device),
-                call=functools.partial(launch, num_splits=splits),
-                salt="splits",
+                call=functools.partial(launch, num_splits=splits, config={"combine": combine}),
+                salt=f"odd{splits}",
             )
 
 
@@ -274,9 +301,19 @@ SM90_KERNELS = [  # (solution file, kernel, tile dtype, constexprs, options, PTX
         "attention_decode/triton/attention_decode.py",
         "_decode_split_kernel",
         "bf16",
-        dict(HEAD_DIM=128, GROUP_PAD=16, BLOCK_N=64, SINGLE_SPLIT=False),
+        dict(
+            HEAD_DIM=128,
+            GROUP_PAD=16,
+            BLOCK_N=64,
+            SINGLE_SPLIT=False,
+            FUSED=True,
+            MERGE_ROWS=4,
+            SPLIT_BLOCK=16,
+            USE_PDL=True,
+        ),
         dict(num_warps=4, num_stages=3),
-        ("mma.sync", "cp.async.cg"),
+        # the fused merge's gpu-scope acq_rel ticket and PDL's wait
+        ("mma.sync", "cp.async.cg", "atom.global.gpu.acq_rel.add", "griddepcontrol.wait"),
     ),
 ]
 
@@ -289,7 +326,7 @@ from triton.compiler import ASTSource
 
 missing = {}
 FLOAT32 = ("lse_ptr", "part_o_ptr", "part_lse_ptr")
-INT32 = ("cu_q_ptr", "cu_k_ptr", "seq_lens_ptr")
+INT32 = ("cu_q_ptr", "cu_k_ptr", "seq_lens_ptr", "counter_ptr")
 for path, name, dtype, constexprs, options, expected in json.loads(sys.argv[1]):
     spec = importlib.util.spec_from_file_location("sm90_" + name, path)
     module = importlib.util.module_from_spec(spec)

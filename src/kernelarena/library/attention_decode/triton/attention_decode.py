@@ -1,4 +1,4 @@
-"""Decode attention in Triton: split-KV (flash-decoding) with a combine step.
+"""Decode attention in Triton: split-KV (flash-decoding) with a merge of the splits.
 
 One query token per sequence reads its whole KV cache: the work is memory-bound, so the design
 goal is every byte of K and V read once, with enough loads in flight to saturate HBM.
@@ -6,17 +6,21 @@ goal is every byte of K and V read once, with enough loads in flight to saturate
 - One program per (sequence, KV head, split of the sequence). The query heads that share a KV head
   (GQA) are processed together as the rows of one small tile, so K and V are read once per group,
   not once per query head; the tile is padded to 16 rows, the smallest tensor-core shape.
-- Splits: the sequences times KV heads alone may not fill the GPU (batch 1 at 32k has 8 programs
-  for 132 SMs), and long sequences next to short ones leave SMs idle. The cache is cut into up to
-  ``num_splits`` chunks so there are about 8 programs per SM; chunks are at least 512 tokens (256
-  KB of K and V at dim 128) so the per-split overhead (a partial result of 16 rows) stays small.
-  Lengths live on the device: splits past a sequence's end exit at once, and no host sync is made
-  (CUDA-graph safe).
-- Each split writes a normalised partial output and its log2-sum-exp in float32; a second kernel
-  merges the splits of each (sequence, query head). With one split the first kernel writes the
-  final output itself.
-- K/V loads are masked pointer loads, software-pipelined by ``num_stages`` (cp.async on sm_80+):
-  3 stages of 64 x dim tiles keep ~64 KB per program in flight, three programs per SM.
+- Splits: the sequences times KV heads alone may not fill the GPU (batch 1 has 8 programs for 132
+  SMs), so each sequence is cut into ``num_splits`` chunks of equal length, computed on the device
+  from its own length (a short sequence's splits share its few tokens instead of idling). No host
+  sync is made (CUDA-graph safe). ``plan`` picks the count so that the programs fill whole waves
+  of the SMs' resident slots: with equal chunks the waves finish together and no tail is left.
+- Each split writes a normalised partial output and its log2-sum-exp in float32, merged per
+  (sequence, query head) by either a second kernel (``combine="kernel"``), or, to save that
+  launch on short calls, by the last split of each (sequence, KV head) to finish
+  (``combine="fused"``): a per-(sequence, KV head) counter in a zeroed buffer kept by this module,
+  which that last split sets back to 0, so consecutive calls on one device must be stream-ordered
+  (true of one stream and of graph replays). With one split the first kernel writes the final
+  output itself.
+- K/V loads are masked pointer loads, software-pipelined by ``num_stages`` (cp.async on sm_80+).
+- ``pdl``: programmatic dependent launch (sm_90): the combine kernel launches while the split
+  kernel's last programs run and waits for its results (``griddepcontrol``).
 - On the CPU interpreter bfloat16 dots widen to float32 first (``DOT_F32``), as in
   ``attention_prefill``: the interpreter multiplies bfloat16 bit patterns
   (triton-lang/triton#11584).
@@ -29,12 +33,69 @@ import triton
 import triton.language as tl
 
 _LOG2E = 1.4426950408889634
-_MIN_CHUNK = 512
-_PROGRAMS_PER_SM = 8
+_LN2 = tl.constexpr(0.6931471805599453)  # a constexpr: kernels may read it
 _SM_COUNT: dict[int, int] = {}
+_COUNTERS: dict[int, torch.Tensor] = {}
+_PDL: dict[int, bool] = {}
 
 
-@triton.jit(do_not_specialize=["stride_lb", "kv_heads", "group", "max_seq", "chunk", "num_splits"])
+@triton.jit
+def _merge_rows(
+    part_o_ptr,
+    part_lse_ptr,
+    slot0,
+    rows,
+    num_splits,
+    o_ptr,
+    stride_oh,
+    lse_ptr,
+    stride_lh,
+    HEAD_DIM: tl.constexpr,
+    ROWS: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+):
+    """o and lse of ``rows`` consecutive query heads of one sequence from their partials (row r's
+    ``num_splits`` at ``slot0 + r * num_splits``), all rows at once: one round trip to the L2 a
+    block of splits. Every split wrote a finite partial (0 where it saw no key, lse2 = -inf), so
+    the loads need no mask but the bounds; .cg reads the L2, where other programs wrote."""
+    r = tl.arange(0, ROWS)
+    dims = tl.arange(0, HEAD_DIM)
+    row_ok = r < rows
+    top = tl.full([ROWS], float("-inf"), tl.float32)
+    total = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, HEAD_DIM], tl.float32)
+    for s0 in range(0, num_splits, SPLIT_BLOCK):
+        splits = s0 + tl.arange(0, SPLIT_BLOCK)
+        present = row_ok[:, None] & (splits < num_splits)[None, :]
+        slots = slot0 + r[:, None] * num_splits + splits[None, :]
+        lse2 = tl.load(
+            part_lse_ptr + slots, mask=present, other=float("-inf"), cache_modifier=".cg"
+        )
+        parts = tl.load(
+            part_o_ptr + slots[:, :, None] * HEAD_DIM + dims[None, None, :],
+            mask=present[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        top_new = tl.maximum(top, tl.max(lse2, 1))
+        base = tl.where(top_new == float("-inf"), 0.0, top_new)
+        weights = tl.math.exp2(lse2 - base[:, None])  # splits that saw no key weigh 0
+        rescale = tl.math.exp2(top - base)
+        acc = acc * rescale[:, None] + tl.sum(parts * weights[:, :, None], 1)
+        total = total * rescale + tl.sum(weights, 1)
+        top = top_new
+    total_safe = tl.where(total > 0.0, total, 1.0)
+    base = tl.where(top == float("-inf"), 0.0, top)
+    tl.store(
+        o_ptr + r[:, None] * stride_oh + dims[None, :],
+        (acc / total_safe[:, None]).to(o_ptr.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
+    lse = tl.where(total > 0.0, (base + tl.math.log2(total_safe)) * _LN2, float("-inf"))
+    tl.store(lse_ptr + r * stride_lh, lse, mask=row_ok)
+
+
+@triton.jit(do_not_specialize=["stride_lb", "kv_heads", "group", "max_seq", "num_splits"])
 def _decode_split_kernel(
     q_ptr,
     k_ptr,
@@ -44,6 +105,7 @@ def _decode_split_kernel(
     lse_ptr,
     part_o_ptr,
     part_lse_ptr,
+    counter_ptr,
     stride_qb,
     stride_qh,
     stride_kb,
@@ -59,13 +121,16 @@ def _decode_split_kernel(
     kv_heads,
     group,
     max_seq,
-    chunk,
     num_splits,
     qk_scale,
     HEAD_DIM: tl.constexpr,
     GROUP_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr,
+    FUSED: tl.constexpr,
+    MERGE_ROWS: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -73,7 +138,10 @@ def _decode_split_kernel(
     batch_kv = pid // num_splits
     batch = (batch_kv // kv_heads).to(tl.int64)
     kv_head = (batch_kv % kv_heads).to(tl.int64)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # the previous kernel in the stream may write q or the cache
     seq_len = tl.minimum(tl.load(seq_lens_ptr + batch), max_seq)  # never read past the cache
+    chunk = tl.cdiv(seq_len, num_splits)  # equal chunks of this sequence's own length
     start = split * chunk
     stop = tl.minimum(seq_len, start + chunk)
 
@@ -129,14 +197,37 @@ def _decode_split_kernel(
             out.to(o_ptr.dtype.element_ty),
             mask=valid[:, None],
         )
-        tl.store(
-            lse_ptr + batch * stride_lb + heads * stride_lh, lse2 * 0.6931471805599453, mask=valid
-        )
+        tl.store(lse_ptr + batch * stride_lb + heads * stride_lh, lse2 * _LN2, mask=valid)
     else:
         # Partials: [batch, q_heads, num_splits, dim] and [batch, q_heads, num_splits], contiguous.
         slot = (batch * kv_heads * group + heads) * num_splits + split
         tl.store(part_o_ptr + slot[:, None] * HEAD_DIM + dims[None, :], out, mask=valid[:, None])
         tl.store(part_lse_ptr + slot, lse2, mask=valid)
+        if FUSED:
+            # Every thread's partial stores come before the one release below (as CUTLASS's
+            # semaphore: a CTA barrier, then one thread's gpu-scope release); the scalar atomic's
+            # result reaches every thread, so the branch is uniform.
+            tl.debug_barrier()
+            ticket = tl.atomic_add(counter_ptr + batch_kv, 1, sem="acq_rel", scope="gpu")
+            if ticket == num_splits - 1:
+                tl.atomic_xchg(counter_ptr + batch_kv, 0, sem="relaxed", scope="gpu")
+                head0 = kv_head * group
+                _merge_rows(
+                    part_o_ptr,
+                    part_lse_ptr,
+                    (batch * kv_heads * group + head0) * num_splits,
+                    group,
+                    num_splits,
+                    o_ptr + batch * stride_ob + head0 * stride_oh,
+                    stride_oh,
+                    lse_ptr + batch * stride_lb + head0 * stride_lh,
+                    stride_lh,
+                    HEAD_DIM,
+                    MERGE_ROWS,
+                    SPLIT_BLOCK,
+                )
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit(do_not_specialize=["stride_lb", "q_heads", "num_splits"])
@@ -152,32 +243,30 @@ def _decode_combine_kernel(
     q_heads,
     num_splits,
     HEAD_DIM: tl.constexpr,
-    SPLITS_PAD: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)  # batch * q_heads + head
     batch = pid // q_heads
     head = pid % q_heads
-    splits = tl.arange(0, SPLITS_PAD)
-    dims = tl.arange(0, HEAD_DIM)
-    lse2 = tl.load(
-        part_lse_ptr + pid * num_splits + splits, mask=splits < num_splits, other=float("-inf")
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # the split kernel's partials
+    _merge_rows(
+        part_o_ptr,
+        part_lse_ptr,
+        pid * num_splits,
+        1,
+        num_splits,
+        o_ptr + batch * stride_ob + head * stride_oh,
+        stride_oh,
+        lse_ptr + batch * stride_lb + head * stride_lh,
+        stride_lh,
+        HEAD_DIM,
+        1,
+        SPLIT_BLOCK,
     )
-    top = tl.max(lse2, 0)
-    top_safe = tl.where(top == float("-inf"), 0.0, top)
-    weights = tl.math.exp2(lse2 - top_safe)  # splits that saw no key weigh 0
-    total = tl.sum(weights, 0)
-    parts = tl.load(
-        part_o_ptr + (pid * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :],
-        mask=(splits < num_splits)[:, None] & (weights > 0.0)[:, None],
-        other=0.0,
-    )
-    total_safe = tl.where(total > 0.0, total, 1.0)
-    out = tl.sum(parts * weights[:, None], 0) / total_safe
-    lse = tl.where(
-        total > 0.0, (top_safe + tl.math.log2(total_safe)) * 0.6931471805599453, float("-inf")
-    )
-    tl.store(o_ptr + batch * stride_ob + head * stride_oh + dims, out.to(o_ptr.dtype.element_ty))
-    tl.store(lse_ptr + batch * stride_lb + head * stride_lh, lse)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 def _sm_count(device: torch.device) -> int:
@@ -187,11 +276,61 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[index]
 
 
-def _num_splits(batch: int, kv_heads: int, max_seq: int, device: torch.device) -> int:
+def _counters(device: torch.device, count: int) -> torch.Tensor | None:
+    """The fused merge's zeroed counters, at least ``count``; None while a graph is being captured
+    and the buffer is too small (an allocation there would come from the graph's private pool)."""
+    key = device.index if device.index is not None else -1
+    held = _COUNTERS.get(key)
+    if held is None or held.numel() < count:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        held = torch.zeros(
+            max(count, 2 * (0 if held is None else held.numel()), 1024),
+            dtype=torch.int32,
+            device=device,
+        )
+        _COUNTERS[key] = held
+    return held
+
+
+def _pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: sm_90 and later, and a Triton that has ``griddepcontrol``."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _PDL:
+        major = torch.cuda.get_device_capability(index)[0]
+        _PDL[index] = major >= 9 and hasattr(getattr(tl.extra, "cuda", None), "gdc_wait")
+    return _PDL[index]
+
+
+_CPU_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "combine": "kernel", "pdl": False}
+# On a GPU: 64 x 128 K and V tiles, 2 in flight (3 stages: 70 KB of shared memory, 95 registers).
+_GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "pdl": True}
+# Splits when batch x KV heads <= SMs: one program an SM. With equal chunks, all of them run at
+# once and finish together; more programs only add partials (H100, 2026-11-25: 2 an SM within 2%
+# of 1, and a fractional count of programs an SM, e.g. 3.4, 8-11% slower than a whole one).
+_SMALL_PROGRAMS_PER_SM = 1
+# Splits when the batch alone fills the SMs: ~12 programs an SM, so that the last ones are short
+# (batch 64, 8 KV heads: 4 splits; 1 split was 94% of copy, 4 splits 102-104%).
+_LARGE_PROGRAMS_PER_SM = 12
+_MIN_CHUNK = 128  # tokens a split at least
+
+
+def plan(
+    batch: int, kv_heads: int, max_seq: int, head_dim: int, device: torch.device
+) -> tuple[int, dict]:
+    """(num_splits, config) for a shape. Host-side facts only (no sync): SM count, batch, KV heads
+    and the cache length; the lengths themselves stay on the device."""
     if device.type != "cuda":
-        return min(3, triton.cdiv(max_seq, 16))  # exercise the combine on CPU too
-    wanted = triton.cdiv(_PROGRAMS_PER_SM * _sm_count(device), max(1, batch * kv_heads))
-    return max(1, min(wanted, triton.cdiv(max_seq, _MIN_CHUNK)))
+        return min(3, max(1, triton.cdiv(max_seq, 16))), dict(_CPU_CONFIG)  # combine runs on CPU
+    config = dict(_GPU_CONFIG)
+    config["pdl"] = config["pdl"] and _pdl_supported(device)
+    sms = _sm_count(device)
+    items = max(1, batch * kv_heads)
+    if items <= sms:
+        splits = _SMALL_PROGRAMS_PER_SM * sms // items
+    else:
+        splits = triton.cdiv(_LARGE_PROGRAMS_PER_SM * sms, items)
+    return max(1, min(splits, max_seq // _MIN_CHUNK)), config
 
 
 def run(q, k_cache, v_cache, seq_lens, sm_scale, o, lse):
@@ -199,7 +338,9 @@ def run(q, k_cache, v_cache, seq_lens, sm_scale, o, lse):
 
 
 def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, config=None):
-    """``run`` with the split count and ``config`` (BLOCK_N, num_warps, num_stages) open."""
+    """``run`` with the split count and ``config`` open: BLOCK_N, num_warps, num_stages, combine
+    ("kernel" or "fused"), pdl (bool); missing keys and ``None`` take ``plan``'s choice. Returns
+    the compiled split kernel where Triton hands it back (its registers and shared memory)."""
     batch, q_heads, head_dim = q.shape
     kv_heads, max_seq = k_cache.shape[1], k_cache.shape[2]
     if head_dim not in (64, 128) or kv_heads == 0 or q_heads % kv_heads:
@@ -212,26 +353,37 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
             "attention_decode: the last dimension of q, the caches and o must be contiguous"
         )
     if batch == 0 or q_heads == 0:
-        return
+        return None
     group = q_heads // kv_heads
-    if config is None:
-        on_cpu = not q.is_cuda
-        config = {"BLOCK_N": 16 if on_cpu else 64, "num_warps": 4, "num_stages": 1 if on_cpu else 3}
+    planned_splits, planned = plan(batch, kv_heads, max_seq, head_dim, q.device)
+    if config:
+        planned.update(config)
+    config = planned
     if num_splits is None:
-        num_splits = _num_splits(batch, kv_heads, max_seq, q.device)
-    block_n = config["BLOCK_N"]
-    chunk = triton.cdiv(triton.cdiv(max(max_seq, 1), num_splits), block_n) * block_n
-    num_splits = max(1, triton.cdiv(max_seq, chunk))
+        num_splits = planned_splits
+    num_splits = max(1, int(num_splits))
     single = num_splits == 1
+    on_gpu = q.is_cuda
+    pdl = bool(config["pdl"]) and on_gpu
+    counters = None
+    if not single and config["combine"] == "fused":
+        counters = _counters(q.device, batch * kv_heads)
+    fused = counters is not None
     if single:
         part_o = part_lse = o  # unused
     else:
-        part_o = torch.empty(
-            batch, q_heads, num_splits, head_dim, dtype=torch.float32, device=q.device
-        )
-        part_lse = torch.empty(batch, q_heads, num_splits, dtype=torch.float32, device=q.device)
-    dot_f32 = not q.is_cuda and q.dtype == torch.bfloat16
-    _decode_split_kernel[(batch * kv_heads * num_splits,)](
+        # One allocation for both: [batch, q_heads, splits, dim] then [batch, q_heads, splits].
+        rows = batch * q_heads * num_splits
+        parts = torch.empty(rows * (head_dim + 1), dtype=torch.float32, device=q.device)
+        part_o, part_lse = parts[: rows * head_dim], parts[rows * head_dim :]
+    # Merges read splits in blocks of 16 to 64 (few builds; at most 64 values a lane at 4 warps).
+    merge_rows = triton.next_power_of_2(group)
+    split_block = min(64, max(16, triton.next_power_of_2(num_splits)))
+    fused_block = max(2, min(triton.next_power_of_2(num_splits), 64 // merge_rows))
+    extra = {"launch_pdl": True} if pdl else {}
+    compiled = _decode_split_kernel[
+        (batch * kv_heads * num_splits,)
+    ](
         q,
         k_cache,
         v_cache,
@@ -240,6 +392,7 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
         lse,
         part_o,
         part_lse,
+        counters if fused else seq_lens,  # unused unless fused
         *q.stride()[:2],
         *k_cache.stride()[:3],
         *v_cache.stride()[:3],
@@ -248,18 +401,22 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
         kv_heads,
         group,
         max_seq,
-        chunk,
         num_splits,
         float(sm_scale) * _LOG2E,
         HEAD_DIM=head_dim,
         GROUP_PAD=max(16, triton.next_power_of_2(group)),
-        BLOCK_N=block_n,
+        BLOCK_N=config["BLOCK_N"],
         SINGLE_SPLIT=single,
-        DOT_F32=dot_f32,
+        FUSED=fused,
+        MERGE_ROWS=merge_rows if fused else 1,  # unused unless fused: one build for all counts
+        SPLIT_BLOCK=fused_block if fused else 16,
+        USE_PDL=pdl,
+        DOT_F32=not on_gpu and q.dtype == torch.bfloat16,
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
+        **extra,
     )
-    if not single:
+    if not single and not fused:
         _decode_combine_kernel[(batch * q_heads,)](
             part_o,
             part_lse,
@@ -270,6 +427,9 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
             q_heads,
             num_splits,
             HEAD_DIM=head_dim,
-            SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
+            SPLIT_BLOCK=split_block,
+            USE_PDL=pdl,
             num_warps=4,
+            **extra,
         )
+    return compiled
