@@ -58,7 +58,13 @@ _WORKLOADS = [
     (_shape(64, 32, 8, 16384, 128), ("performance", "large"), {}),
     (_shape(64, 32, 8, 32768, 128), ("performance", "large"), {}),
     (_shape(64, 32, 8, 32768, 128), ("performance", "large"), {"min_len": 1}),
-    (_shape(1, 32, 8, 32768, 128), ("performance", "large"), {}),
+    # Small batches with long caches (issue 20): batch x KV heads alone fills few SMs, so these
+    # measure the split count and the merge (bar: 75% of the copy bandwidth).
+    *(
+        (_shape(batch, 32, 8, cache, 128), ("performance", "large"), {})
+        for batch in (1, 4, 8)
+        for cache in (8192, 32768)
+    ),
 ]
 
 OPERATOR = OperatorSpec(
