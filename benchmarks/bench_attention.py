@@ -1,9 +1,10 @@
 """Attention (prefill, varlen prefill, decode), bf16: Triton solutions against torch SDPA backends.
 
 Cases are the library's ``performance`` workloads. Prefill: batch 4, 32 heads, seq 4096, head_dim
-128, causal and not (plus GQA 32/8 causal and head_dim 64 in the full run). Decode: batch 64, 32
-query heads, 8 KV heads, caches of 8k, 16k and 32k filled, 32k with lengths drawn in [1, 32k], and
-batch 1 at 32k. Varlen (full run only): 8 and 16 packed causal sequences of random lengths.
+128, causal and not (plus GQA 32/8 causal and head_dim 64 in the full run). Decode: 32 query heads,
+8 KV heads, head_dim 128: batch 64 with caches of 8k, 16k and 32k filled and 32k with lengths drawn
+in [1, 32k]; batch 1, 4 and 8 with caches of 8k and 32k filled (issue 20). Varlen (full run only):
+8 and 16 packed causal sequences of random lengths.
 
 Providers: ``triton`` (ours, through the library solution, writing into preallocated outputs) and
 the peers ``sdpa_flash`` (FlashAttention-2), ``sdpa_cudnn``, ``sdpa_efficient`` (xFormers
@@ -15,15 +16,18 @@ Counts, explicit: prefill FLOPs = 4 * batch * q_heads * seq_q * seq_kv * head_di
 causal (the issue's convention); varlen FLOPs = 4 * q_heads * head_dim * (query, key) pairs
 actually visible, summed over sequences; decode bytes = the K and V rows actually read (sum of
 seq_lens * kv_heads * head_dim * 2 * 2 bytes) plus q, o and lse, held against the copy bandwidth
-measured in the same run. The L2 is flushed between calls.
+measured in the same run. The L2 is flushed between calls; decode calls shorter than
+``GRAPH_BELOW_US`` are timed as CUDA graph replays instead (as a serving engine runs decode: per-call
+events would time the host's launch, ~100 us of Python for a 10-40 us kernel), over input sets
+rotated to exceed the L2 three times.
 
 Correctness, once per provider before timing: o and lse against the definition's float32
 reference (run on the GPU, chunked over queries; TF32 off), under the definition's tolerances. A
 provider that fails or raises is reported in the table and not timed.
 
 Bars (issue 7, bf16): prefill at least sdpa_flash (on an H200: 317 causal / 343 TFLOP/s), goal
-90% of sdpa_cudnn (H200: 531 / 597); decode at least 80% of the copy bandwidth. The summary printed
-last says which hold. ``--tune`` times Triton configurations of the prefill and decode kernels
+90% of sdpa_cudnn (H200: 531 / 597); decode (issue 20) at least 75% of the copy bandwidth for batch
+1-8 and 99% for batch 64. The summary printed last says which hold. ``--tune`` times Triton configurations of the prefill and decode kernels
 side by side instead (to choose the solutions' defaults).
 
     python benchmarks/bench_attention.py [--quick] [--tune] [--no-write] [--cpu-check]
@@ -32,6 +36,7 @@ side by side instead (to choose the solutions' defaults).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -57,6 +62,9 @@ PEERS = {
     "attention_decode_bf16": ("sdpa_efficient",),
 }
 ISSUE_H200 = {True: (317, 531), False: (343, 597)}  # causal: (FA2, cuDNN) TFLOP/s
+# Calls whose events measure under this are timed as graph replays: only decode cases are this
+# short (batch 1-8; prefill and varlen take 0.7 ms and more, so their timing is unchanged).
+GRAPH_BELOW_US = 400.0
 
 
 def failing(message: str) -> Callable[[int], Any]:
@@ -77,11 +85,11 @@ def performance_workloads(definition: str, quick: bool) -> list[Workload]:
         return chosen
     if "varlen" in definition:
         return []
-    if "decode" in definition:  # 8k and 32k, filled
+    if "decode" in definition:  # batch 1 and 64, 8k and 32k, filled
         return [
             w
             for w in chosen
-            if w.axes["batch"] == 64 and not w.params and w.axes["max_seq"] != 16384
+            if w.axes["batch"] in (1, 64) and not w.params and w.axes["max_seq"] != 16384
         ]
     return [
         w for w in chosen if w.axes["q_heads"] == w.axes["kv_heads"] and w.axes["head_dim"] == 128
@@ -241,6 +249,26 @@ def varlen_case(workload: Workload, device: torch.device):
     return case, factory
 
 
+def decode_sets(definition, workload: Workload, axes, arguments, device: torch.device) -> list:
+    """``arguments`` and more input sets drawn alike, enough to exceed the L2 three times (a graph
+    of calls on one set would read the cache from the L2); every set keeps set 0's lengths, so
+    each call reads the same bytes."""
+    if device.type != "cuda":
+        return [arguments]
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    kv_bytes = 2 * arguments[1].numel() * arguments[1].element_size()
+    sets = [arguments]
+    reference = load_reference(definition)
+    for index in range(1, max(1, math.ceil(3 * l2 / kv_bytes))):
+        seed = seed_for(workload, f"bench{index}")
+        inputs = generate_inputs(
+            definition, workload, axes, device, seed, reference.get("make_inputs")
+        )
+        inputs["seq_lens"] = arguments[3]
+        sets.append([inputs[name] for name in definition.inputs])
+    return sets
+
+
 def decode_case(workload: Workload, device: torch.device, tune: bool = False):
     name = "attention_decode_bf16"
     a = workload.axes
@@ -256,7 +284,7 @@ def decode_case(workload: Workload, device: torch.device, tune: bool = False):
     def factory() -> dict[str, Callable[[int], Any]]:
         print(label, file=sys.stderr, flush=True)
         definition, axes, arguments, expected = prepared(name, workload, device)
-        q, k_cache, v_cache, seq_lens, sm_scale = arguments
+        q, k_cache, _, seq_lens, _ = arguments
         tokens = int(seq_lens.sum())
         kv_bytes = 2 * tokens * a["kv_heads"] * a["head_dim"] * k_cache.element_size()
         case.bytes_moved = (
@@ -264,31 +292,36 @@ def decode_case(workload: Workload, device: torch.device, tune: bool = False):
         )
         case.flops = 4.0 * tokens * a["q_heads"] * a["head_dim"]
         case.params["kv_tokens"] = tokens
+        sets = decode_sets(definition, workload, axes, arguments, device)
+        case.params["input_sets"] = len(sets)
+        outputs = [list(allocate_outputs(definition, axes, device).values()) for _ in sets]
+
+        def ours_rotating(launch: Callable[..., Any], tag: str, **choices: Any):
+            """The Triton solution on input set i % len(sets), destination-passing style."""
+            return checked(
+                tag,
+                definition,
+                lambda i: launch(*sets[i % len(sets)], *outputs[i % len(sets)], **choices),
+                lambda _: dict(zip(definition.outputs, outputs[0], strict=True)),
+                expected,
+                device,
+            )
+
         if tune:
             launch = module_of(name, "triton", device).launch
             providers = {}
             for splits, block_n, stages in TUNE_DECODE:
                 config = {"BLOCK_N": block_n, "num_warps": 4, "num_stages": stages}
                 tag = f"triton splits {splits or 'auto'} n{block_n} s{stages}"
-                providers[tag] = ours(
-                    definition,
-                    axes,
-                    arguments,
-                    expected,
-                    device,
-                    launch,
-                    tag,
-                    num_splits=splits,
-                    config=config,
-                )
+                providers[tag] = ours_rotating(launch, tag, num_splits=splits, config=config)
             return providers
-        providers = {"triton": ours(definition, axes, arguments, expected, device)}
+        providers = {"triton": ours_rotating(build(name, "triton", device.type), "triton")}
         if device.type == "cuda":
             attention = module_of(name, "sdpa_efficient", device).attention
             providers["sdpa_efficient"] = checked(
                 "sdpa_efficient",
                 definition,
-                lambda _: attention(q, k_cache, v_cache, seq_lens, sm_scale),
+                lambda i: attention(*sets[i % len(sets)]),
                 lambda r: {"o": r[0], "lse": r[1]},
                 expected,
                 device,
@@ -312,6 +345,11 @@ TUNE_PREFILL = [
 TUNE_DECODE = [(None, 64, 3), (None, 64, 4), (None, 128, 2), (None, 32, 4), (1, 64, 3), (8, 64, 3)]
 
 
+def decode_bar(batch: int) -> float:
+    """Issue 20: batch 1-8 at 75% of the copy bandwidth, larger batches (64) at 99%."""
+    return 0.75 if batch <= 8 else 0.99
+
+
 def summary(report: dict[str, Any]) -> None:
     copy = report["ceilings"]["copy_gbps"]
     print(
@@ -333,8 +371,9 @@ def summary(report: dict[str, Any]) -> None:
             print(f"  {case}: {shown}" + (f"; {', '.join(failed)}" if failed else ""))
             if "triton" in ok:
                 fraction = ok["triton"]["copy_fraction"]
-                verdict = "met" if fraction >= 0.8 else f"MISSED by {0.8 - fraction:.1%} of copy"
-                print(f"    bar (triton >= 80% of copy bandwidth): {verdict}")
+                bar = decode_bar(ok["triton"]["params"]["batch"])
+                verdict = "met" if fraction >= bar else f"MISSED by {bar - fraction:.1%} of copy"
+                print(f"    bar (triton >= {bar:.0%} of copy bandwidth): {verdict}")
             continue
         shown = ", ".join(f"{p} {r['tflops']:.0f}" for p, r in ok.items())
         print(f"  {case}: {shown} TFLOP/s" + (f"; {', '.join(failed)}" if failed else ""))
@@ -359,7 +398,9 @@ def summary(report: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="prefill MHA causal and not; decode 8k and 32k"
+        "--quick",
+        action="store_true",
+        help="prefill MHA causal and not; decode batch 1 and 64 at 8k and 32k",
     )
     parser.add_argument("--tune", action="store_true", help="time Triton configurations instead")
     parser.add_argument("--no-write", action="store_true", help="do not write benchmarks/results")
@@ -390,7 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     cases += [varlen_case(w, device) for w in varlen]
     cases += [decode_case(w, device, args.tune) for w in decode]
     report = harness.run(
-        "attention_tune" if args.tune else "attention", cases, device=device, write=write
+        "attention_tune" if args.tune else "attention",
+        cases,
+        device=device,
+        write=write,
+        graph_below_us=GRAPH_BELOW_US,
     )
     summary(report)
     print(
