@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine: one stage of GPU work, logs and results under $OUT.
-# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | scaling | nvfp4)
+# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | scaling | nvfp4 | wave)
 set -uo pipefail
 stage=${1:?stage}
 OUT=${OUT:-/tmp/out}
@@ -69,6 +69,47 @@ case "$stage" in
     ;;
   scaling)
     log "scaling"; timeout 540 python3 -m benchmarks.bench_scaling ${SCALING_ARGS:-} 2>&1 | tee "$OUT/scaling.txt" | tail -30
+    tar czf "$OUT/results.tgz" benchmarks/results
+    ;;
+  wave)  # issues 16, 18, 20 on one GPU: PARTS picks (trust fib library choice norms attention others)
+    parts=${PARTS:-trust fib library choice norms attention}
+    defs=${DEFS:-rmsnorm_bf16 silu_and_mul_bf16 fused_add_rmsnorm_bf16 nvfp4_gemv attention_prefill_bf16 attention_decode_bf16 rmsnorm_fp16 fused_add_rmsnorm_fp16 layernorm_bf16}
+    if [[ $parts == *trust* ]]; then
+      log "gpu tests: evaluate"
+      timeout 300 python3 -m pytest -q -m gpu -n 3 --timeout 240 -p no:cacheprovider -rf tests/evaluate \
+        > "$OUT/gpu-tests-evaluate.txt" 2>&1; tail -3 "$OUT/gpu-tests-evaluate.txt"
+    fi
+    if [[ $parts == *fib* ]]; then
+      log "vs flashinfer-bench"; timeout 400 python3 benchmarks/bench_vs_flashinfer_bench.py --repeat ${FIB_REPEAT:-2} \
+        > "$OUT/vs_fib.txt" 2>&1; grep -A8 "Wall time" "$OUT/vs_fib.txt" | head -9
+    fi
+    if [[ $parts == *library* ]]; then
+      log "library run: $defs"
+      timeout ${LIBRARY_TIMEOUT:-400} python3 -m kernelarena.cli run $defs --suite performance --device cuda:0 \
+        --allow-failures --trials 2 > "$OUT/library_run.txt" 2>&1; tail -4 "$OUT/library_run.txt"
+      tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" traces
+    fi
+    if [[ $parts == *choice* ]]; then
+      log "apply choice"; timeout ${CHOICE_TIMEOUT:-300} python3 benchmarks/bench_apply_choice.py \
+        ${CHOICE_DEFS:-rmsnorm_bf16 silu_and_mul_bf16 fused_add_rmsnorm_bf16 nvfp4_gemv attention_prefill_bf16} \
+        > "$OUT/apply_choice.txt" 2>&1; tail -30 "$OUT/apply_choice.txt"
+    fi
+    if [[ $parts == *norms* ]]; then
+      log "bench norms"; timeout 300 python3 benchmarks/bench_norms.py > "$OUT/bench_norms.txt" 2>&1
+      tail -12 "$OUT/bench_norms.txt"
+      timeout 60 python3 benchmarks/compare_compile_traces.py "$(ls -t benchmarks/results/norms_*.json | head -1)" \
+        --dataset "$KERNELARENA_DATASET" > "$OUT/compile_traces.txt" 2>&1; tail -12 "$OUT/compile_traces.txt"
+    fi
+    if [[ $parts == *attention* ]]; then
+      log "bench attention"; timeout 300 python3 benchmarks/bench_attention.py > "$OUT/bench_attention.txt" 2>&1
+      tail -30 "$OUT/bench_attention.txt"
+    fi
+    if [[ $parts == *others* ]]; then
+      for bench in activations linear_act; do
+        log "bench $bench"; timeout 240 python3 benchmarks/bench_$bench.py ${OTHERS_ARGS:-} > "$OUT/bench_$bench.txt" 2>&1
+        tail -14 "$OUT/bench_$bench.txt"
+      done
+    fi
     tar czf "$OUT/results.tgz" benchmarks/results
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
