@@ -13,6 +13,7 @@ import pytest
 import kernelarena.evaluate.compare as judge_module
 from kernelarena.data import Status, Trace
 from kernelarena.evaluate.benchmark import Benchmark
+from kernelarena.evaluate.bytecode import bytecode_folder
 from kernelarena.evaluate.confine import landlock_abi
 from kernelarena.evaluate.jobs import Timeouts
 from kernelarena.evaluate.options import Options
@@ -32,6 +33,7 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "caches_output": (Status.INCORRECT_NUMERICAL, True, "reuses results across calls"),
     "reads_expected": NUMERICAL,
     "writes_judge_files": (Status.RUNTIME_ERROR, True, "PermissionError"),
+    "plants_bytecode": (Status.RUNTIME_ERROR, True, "PermissionError"),
     "forks_child": (Status.RUNTIME_ERROR, True, "process(es) running after its job"),
     "exits_early": (Status.RUNTIME_ERROR, True, "exited with code 0"),
     "signals_judge": (Status.RUNTIME_ERROR, True, "PermissionError"),
@@ -81,6 +83,7 @@ def _attack(
         assert evaluation.status is status, f"{stem}: {evaluation.status}:\n{evaluation.log}"
         assert phrase in evaluation.log, f"{stem}: log lacks {phrase!r}:\n{evaluation.log}"
     assert not (dataset / "planted.txt").exists()
+    assert not list(bytecode_folder().glob("planted_by_a_solution*"))
     assert _digest(judge_file) == before
     good = by_solution["vector_scale_good_first"].evaluation
     assert good is not None and good.status is Status.PASSED, good
