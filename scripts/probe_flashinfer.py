@@ -3,26 +3,32 @@ a GPU: compile FlashInfer's kernels, check the peers, time them against torch SD
 project's Triton solutions. Installs nothing: flashinfer-python must be importable (see
 scripts/flashinfer_wheels.sh for a machine without internet).
 
-Phases, each in its own process with a time limit inside one overall budget (``--budget``, 235 s
-by default), so a hang or crash in one leaves the others' results:
-- ``jit``: FlashInfer's nvcc builds of every kernel the later phases use, in one parallel ninja
-  run (``flashinfer.jit.core.build_jit_specs``); the time is reported apart. They land in
-  FlashInfer's cache (``~/.cache/flashinfer/<version>/<arch>/cached_ops``).
-- ``check``: every library workload (smoke, correctness, large) of the three operators in the
-  dtypes of ``--dtypes`` (bf16 by default): odd lengths, GQA, causal with seq_q < seq_kv and
-  seq_q > seq_kv, strided BSHD and packed QKV, zero-length sequences, decode with mixed lengths
-  and an empty sequence; outputs NaN-poisoned, inputs checked unchanged, float32 reference and
-  the definition's tolerances, as the engine does.
+FlashInfer compiles each kernel module with nvcc on first use, and its Hopper (FA3) modules take
+minutes, so the probe starts every build at once (``--groups``: a module per kind and head_dim,
+bf16 by default, each its own ninja run with a share of the cores, every finished step timed) and
+runs each group's phases as soon as its module is there, one phase at a time, all within
+``--budget`` seconds (what is unfinished then is reported with the steps it got through):
+- ``build``: the module's nvcc build; its seconds, size and load time (what a later process pays).
+  Modules land in FlashInfer's cache (``~/.cache/flashinfer/<version>/<arch>/cached_ops``). A
+  module found in FlashInfer's AOT folder (``flashinfer/data/aot/<name>/<name>.so``, where
+  prebuilt modules go) is loaded, not built.
+- ``check``: every library workload (smoke, correctness, large) of the operator with that
+  head_dim: odd lengths, GQA, causal with seq_q < seq_kv and seq_q > seq_kv, strided BSHD and
+  packed QKV, zero-length sequences, decode with mixed lengths and an empty sequence; outputs
+  NaN-poisoned, inputs checked unchanged, two calls (the second on the kept plan), float32
+  reference and the definition's tolerances, as the engine does.
 - ``time``: prefill b4 h32 s4096 (d128 full, causal, GQA 32/8 causal; d64 full) bf16 against
-  SDPA cuDNN and flash; varlen (8 sequences, 16k tokens) against torch's FA2 varlen op; decode
-  batch 1/8/64 with 8k/32k caches (h32/8, d128) against SDPA's efficient backend and the Triton
-  solution, with FlashInfer's CUDA-core and tensor-core (FA3) decode. Median of
+  SDPA cuDNN and flash and the Triton solution; varlen (the library's performance workloads)
+  against torch's FA2 varlen op; decode batch 1/8/64 with 8k/32k caches (h32/8, d128) against
+  SDPA's efficient backend, cuDNN on full caches and the Triton solution, with FlashInfer's
+  CUDA-core decode (pages of 16 and 64) and its tensor-core FA3 path. Median of
   triton.testing.do_bench (L2 flushed between calls); TFLOP/s (prefill: 4 b h s_q s_kv d, halved
-  when causal) and GB/s (decode: K and V read plus q, o, lse).
+  when causal) and GB/s (decode: K and V read plus q, o, lse). Timings of early groups overlap
+  the later groups' nvcc builds on the CPU (the GPU is the probe's alone).
 
-Prints a table last; with $OUT set, writes $OUT/probe_flashinfer.json.
+Prints a table last; with $OUT set, writes $OUT/probe_flashinfer.json after every step.
 
-    export CUDA_HOME=/usr/local/cuda; python3 scripts/probe_flashinfer.py
+    export CUDA_HOME=/usr/local/cuda; python3 scripts/probe_flashinfer.py --budget 270
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ PEERS = {
     "attention_prefill_varlen": "attention_prefill_varlen/torch/flashinfer_varlen.py",
     "attention_decode": "attention_decode/torch/flashinfer_decode.py",
 }
-PHASE_LIMITS = {"jit": 170, "check": 70, "time": 90}
+PHASE_LIMIT = 75  # seconds for one check or timing phase
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 # (label, shape (batch, q_heads, kv_heads, seq_q, seq_kv, head_dim), causal)
@@ -70,8 +76,28 @@ def load_file(relative: str, name: str):
 # -- jit -------------------------------------------------------------------------------------------
 
 
-def jit_specs(dtypes):
-    """The FlashInfer modules the peers use on this GPU for these dtypes, head_dim 64 and 128."""
+# Build groups, in the order their follow-ups run: (group, kind, head_dim, ninja jobs).
+GROUPS = [
+    ("decode128", "decode", 128, 3),
+    ("decode64", "decode", 64, 2),
+    ("single128", "single", 128, 6),
+    ("batch128", "batch", 128, 10),
+    ("single64", "single", 64, 6),
+    ("batch64", "batch", 64, 10),
+]
+# What a group's module lets the probe do once compiled: (phase, argument) in order.
+FOLLOW_UPS = {
+    "decode128": [("check", "attention_decode:128"), ("time", "decode")],
+    "decode64": [("check", "attention_decode:64")],
+    "single128": [("check", "attention_prefill:128"), ("time", "prefill")],
+    "batch128": [("check", "attention_prefill_varlen:128"), ("time", "varlen,decode_tc")],
+    "single64": [("check", "attention_prefill:64"), ("time", "prefill64")],
+    "batch64": [("check", "attention_prefill_varlen:64")],
+}
+
+
+def module_spec(kind, suffix, head_dim):
+    """FlashInfer's JIT spec of the module a peer uses for this dtype and head_dim."""
     import torch
     from flashinfer.jit import (
         gen_batch_decode_module,
@@ -81,53 +107,64 @@ def jit_specs(dtypes):
     from flashinfer.utils import is_sm90a_supported
 
     backend = "fa3" if is_sm90a_supported(torch.device("cuda")) else "fa2"
-    specs = []
-    for suffix in dtypes:
-        dtype = getattr(torch, DTYPES[suffix])
-        for head_dim in (128, 64):
-            common = (head_dim, head_dim, 0, False, False)
-            specs.append(gen_single_prefill_module(backend, dtype, dtype, dtype, *common, False))
-            specs.append(gen_batch_decode_module(dtype, dtype, dtype, torch.int32, *common))
-            specs.append(
-                gen_batch_prefill_module(backend, dtype, dtype, dtype, torch.int32, *common, False)
-            )
-    return specs
+    dtype = getattr(torch, DTYPES[suffix])
+    common = (head_dim, head_dim, 0, False, False)
+    if kind == "single":
+        return gen_single_prefill_module(backend, dtype, dtype, dtype, *common, False)
+    if kind == "decode":
+        return gen_batch_decode_module(dtype, dtype, dtype, torch.int32, *common)
+    return gen_batch_prefill_module(backend, dtype, dtype, dtype, torch.int32, *common, False)
 
 
-def phase_jit(dtypes):
-    from flashinfer.jit import env as jit_env
-    from flashinfer.jit.core import build_jit_specs
+def compiled(kind, suffix, head_dim):
+    return module_spec(kind, suffix, head_dim).is_compiled
 
-    specs = jit_specs(dtypes)
-    cached = [s.name for s in specs if s.is_compiled]
-    started = time.perf_counter()
-    build_jit_specs(specs, verbose=False)
-    record = {
-        "jit_seconds": round(time.perf_counter() - started, 1),
-        "modules": [s.name for s in specs],
-        "already_compiled": cached,
-        "cache_dir": str(jit_env.FLASHINFER_JIT_DIR),
-        "cpu_count": os.cpu_count(),
-    }
-    sizes = {}
-    for spec in specs:
-        path = spec.get_library_path()
-        if path.exists():
-            sizes[spec.name] = path.stat().st_size
-    record["module_bytes"] = sizes
-    # Loading a compiled module (what a later process pays on its first call).
-    started = time.perf_counter()
-    for spec in specs:
+
+def phase_build(dtypes, group):
+    """One module's nvcc build through its ninja file, each finished step timed (stdout)."""
+    _, kind, head_dim, jobs = next(g for g in GROUPS if g[0] == group)
+    spec = module_spec(kind, dtypes[0], head_dim)
+    record = {"group": group, "module": spec.name, "cached": spec.is_compiled, "aot": spec.is_aot}
+    if spec.is_aot:  # shipped prebuilt (FlashInfer's AOT folder): nothing to compile
+        loading = time.perf_counter()
         spec.build_and_load()
-    record["load_seconds"] = round(time.perf_counter() - started, 2)
+        record.update(seconds=0.0, compiled=True, exit=0, steps=[], errors=[])
+        record["bytes"] = spec.get_library_path().stat().st_size
+        record["load_seconds"] = round(time.perf_counter() - loading, 2)
+        print(json.dumps(record), flush=True)
+        return
+    started = time.perf_counter()
+    spec.write_ninja()
+    command = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
+    ninja = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    steps, failed = [], []
+    for line in ninja.stdout:
+        line = line.rstrip()
+        if line.startswith("["):
+            steps.append([round(time.perf_counter() - started, 1), line.split("]")[0] + "]"])
+            print(json.dumps({"group": group, "step": steps[-1]}), flush=True)
+        elif line.startswith("FAILED") or "error" in line:
+            failed.append(line[:400])
+    record.update(
+        exit=ninja.wait(),
+        seconds=round(time.perf_counter() - started, 1),
+        steps=steps,
+        errors=failed[:10],
+        compiled=spec.is_compiled,
+    )
+    if spec.is_compiled:
+        record["bytes"] = spec.get_library_path().stat().st_size
+        loading = time.perf_counter()
+        spec.build_and_load()
+        record["load_seconds"] = round(time.perf_counter() - loading, 2)
     print(json.dumps(record), flush=True)
-    return [record]
 
 
 # -- check -----------------------------------------------------------------------------------------
 
 
-def phase_check(dtypes):
+def phase_check(dtypes, target):
+    """``target``: "operator:head_dim" (only the workloads whose kernels are compiled)."""
     import torch
 
     from kernelarena.evaluate.compare import compare, inputs_unchanged
@@ -142,13 +179,18 @@ def phase_check(dtypes):
     library = load_library()
     device = torch.device("cuda")
     records = []
+    chosen, head_dim = target.split(":")
     for operator, path in PEERS.items():
+        if operator != chosen:
+            continue
         peer = load_file(path, f"probe_{operator}")
         for suffix in dtypes:
             name = f"{operator}_{suffix}"
             definition = library.definitions[name]
             reference = load_reference(definition)
             for workload in library.workloads_for(name, tags=("smoke", "correctness")):
+                if workload.axes["head_dim"] != int(head_dim):
+                    continue
                 axes = definition.resolve_axes(workload.axes)
                 record = {"operator": operator, "dtype": suffix, "axes": workload.axes}
                 record["params"] = workload.params or {}
@@ -223,7 +265,7 @@ def measure(record, name, fn, work, unit):
         record[f"{name}_error"] = f"{type(error).__name__}: {error}"[:300]
 
 
-def time_prefill(records):
+def time_prefill(records, head_dims):
 
     from kernelarena.testing import build
 
@@ -236,6 +278,8 @@ def time_prefill(records):
     except Exception as error:
         triton_error = repr(error)[:300]
     for label, shape, causal in PREFILL_TIMINGS:
+        if shape[5] not in head_dims:
+            continue
         record = prefill_case(shape, causal, ours, cudnn, flash, triton_run, triton_error)
         record["label"] = label
         print(json.dumps(record), flush=True)
@@ -329,7 +373,7 @@ def time_varlen(records):
         records.append(record)
 
 
-def time_decode(records):
+def time_decode(records, tensor_cores):
 
     from kernelarena.testing import build
 
@@ -337,10 +381,11 @@ def time_decode(records):
     efficient = load_file("attention_decode/torch/sdpa_efficient.py", "probe_efficient")
     cudnn = load_file("attention_prefill/torch/sdpa_cudnn.py", "probe_cudnn_decode")
     triton_run, triton_error = None, None
-    try:
-        triton_run = build("attention_decode_bf16", "triton", "cuda")
-    except Exception as error:
-        triton_error = repr(error)[:300]
+    if not tensor_cores:
+        try:
+            triton_run = build("attention_decode_bf16", "triton", "cuda")
+        except Exception as error:
+            triton_error = repr(error)[:300]
 
     def variant(tensor_cores, backend, page):
         def call(*args):
@@ -349,11 +394,14 @@ def time_decode(records):
 
         return call
 
-    variants = {
-        "flashinfer": variant(False, "auto", 16),
-        "flashinfer_p64": variant(False, "auto", 64),
-        "flashinfer_tc_fa3": variant(True, "fa3", 16),
-    }
+    if tensor_cores:
+        variants = {"flashinfer_tc_fa3": variant(True, "fa3", 16)}
+        efficient = cudnn = triton_run = None
+    else:
+        variants = {
+            "flashinfer": variant(False, "auto", 16),
+            "flashinfer_p64": variant(False, "auto", 64),
+        }
     for label, shape in DECODE_TIMINGS:
         record = decode_case(shape, ours, variants, efficient, cudnn, triton_run, triton_error)
         record["label"] = label
@@ -378,6 +426,8 @@ def decode_case(shape, ours, variants, efficient, cudnn, triton_run, triton_erro
     for name, call in variants.items():
         measure(record, name, lambda call=call: call(q, k, v, lens, scale, o, lse), moved, "gbs")
     ours._TENSOR_CORES, ours._BACKEND, ours._PAGE = False, "auto", 16
+    if efficient is None:  # the tensor-core variant alone
+        return record
     measure(
         record, "sdpa_efficient", lambda: efficient.run(q, k, v, lens, scale, o, lse), moved, "gbs"
     )
@@ -396,13 +446,20 @@ def decode_case(shape, ours, variants, efficient, cudnn, triton_run, triton_erro
     return record
 
 
-def phase_time(dtypes):
+def phase_time(dtypes, parts):
     records = []
-    for part in (time_prefill, time_varlen, time_decode):
+    table = {
+        "prefill": lambda r: time_prefill(r, (128,)),
+        "prefill64": lambda r: time_prefill(r, (64,)),
+        "varlen": time_varlen,
+        "decode": lambda r: time_decode(r, tensor_cores=False),
+        "decode_tc": lambda r: time_decode(r, tensor_cores=True),
+    }
+    for part in parts.split(","):
         try:
-            part(records)
+            table[part](records)
         except Exception as error:
-            record = {"kind": part.__name__, "error": f"{type(error).__name__}: {error}"[:600]}
+            record = {"kind": part, "error": f"{type(error).__name__}: {error}"[:600]}
             print(json.dumps(record), flush=True)
             records.append(record)
     return records
@@ -447,15 +504,21 @@ def environment():
     return info
 
 
-def run_phase(phase, dtypes, limit):
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, __file__, "--phase", phase, "--dtypes", ",".join(dtypes)],
+def spawn(phase, dtypes, argument):
+    """A phase in a process of its own (and its own process group: ninja and nvcc end with it)."""
+    command = [sys.executable, __file__, "--phase", phase, "--dtypes", ",".join(dtypes)]
+    command += ["--argument", argument]
+    return subprocess.Popen(
+        command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own process group: ninja and nvcc end with it
+        start_new_session=True,
     )
+
+
+def collect(process, limit, label):
+    started = time.perf_counter()
     try:
         out, err = process.communicate(timeout=max(limit, 1))
         code = process.returncode
@@ -464,70 +527,108 @@ def run_phase(phase, dtypes, limit):
         out, err = process.communicate()
         err = f"timed out after {limit:.0f} s\n{err}"
         code = None
-    records = []
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     for line in out.splitlines():
-        if line.startswith("{"):
-            records.append(json.loads(line))
-        else:
+        if not line.startswith("{"):
             print(line)
     if code != 0:
-        print(f"[{phase}] exit {code}: {err[-3000:]}")
+        print(f"[{label}] exit {code}: {err[-2000:]}")
     seconds = round(time.perf_counter() - started, 1)
-    print(f"[{phase}] {seconds} s", flush=True)
+    print(f"[{label}] {seconds} s", flush=True)
     return {"records": records, "exit": code, "stderr": err[-3000:], "seconds": seconds}
 
 
 def table(result):
     lines = []
-    jit = result["phases"].get("jit", {}).get("records", [])
-    if jit:
-        lines.append(
-            f"jit: {jit[0]['jit_seconds']} s for {len(jit[0]['modules'])} modules "
-            f"({len(jit[0]['already_compiled'])} cached), load {jit[0]['load_seconds']} s"
-        )
-    checks = result["phases"].get("check", {}).get("records", [])
+    for group, build in result["builds"].items():
+        final = [r for r in build.get("records", []) if "module" in r]
+        steps = [r["step"] for r in build.get("records", []) if "step" in r]
+        if final:
+            r = final[0]
+            lines.append(
+                f"build {group}: {r['seconds']} s, compiled={r['compiled']}, "
+                f"{r.get('bytes', 0) / 2**20:.1f} MiB, load {r.get('load_seconds')} s"
+            )
+        else:
+            lines.append(f"build {group}: unfinished; steps {steps[-3:]}")
+    checks = [r for k, v in result["phases"].items() if k.startswith("check") for r in v["records"]]
     passed = sum(1 for r in checks if r.get("ok"))
     refused = sum(1 for r in checks if r.get("ok") is None)
     lines.append(
         f"checks: {passed} passed, {refused} refused, {len(checks) - passed - refused} failed"
     )
     for r in checks:
-        if not r.get("ok"):
-            status = "refused" if r.get("ok") is None else "FAIL"
-            lines.append(f"  {status} {r['operator']} {r['dtype']} {r['axes']} {r['params']}")
-            for problem in r.get("problems", []) or [r.get("refused", "")]:
-                lines.append(f"       {problem[:300]}")
-    for r in result["phases"].get("time", {}).get("records", []):
-        unit = "gbs" if r.get("kind") == "decode" else "tflops"
-        values = " ".join(f"{k[: -len(unit) - 1]}={r[k]}" for k in r if k.endswith("_" + unit))
-        errors = " ".join(f"{k}" for k in r if k.endswith("_error"))
-        lines.append(f"  {r.get('kind')} {r.get('label', '')}: {values} {errors}".rstrip())
+        status = {True: "ok", None: "refused", False: "FAIL"}[r.get("ok")]
+        errors = " ".join(f"{k[:-8]}={r[k]:.1e}" for k in r if k.endswith("_max_abs"))
+        lines.append(f"  {status} {r['dtype']} {r['axes']} {r['params']} {errors}")
+        for problem in r.get("problems", []) or ([r["refused"]] if "refused" in r else []):
+            lines.append(f"       {problem[:300]}")
+    for key, phase in result["phases"].items():
+        if not key.startswith("time"):
+            continue
+        for r in phase["records"]:
+            unit = "gbs" if r.get("kind") == "decode" else "tflops"
+            values = " ".join(f"{k[: -len(unit) - 1]}={r[k]}" for k in r if k.endswith("_" + unit))
+            errors = " ".join(f"{k}={r[k][:80]}" for k in r if k.endswith("error"))
+            lines.append(f"  {r.get('kind')} {r.get('label', '')}: {values} {errors}".rstrip())
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--phase", choices=list(PHASE_LIMITS))
+    parser.add_argument("--phase", choices=("build", "check", "time"))
+    parser.add_argument("--argument", default="")
     parser.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,fp16")
-    parser.add_argument("--budget", type=float, default=235.0, help="seconds for all phases")
-    parser.add_argument("--phases", default="jit,check,time")
+    parser.add_argument("--budget", type=float, default=235.0, help="seconds in all")
+    parser.add_argument(
+        "--groups",
+        default="decode128,decode64,single128,batch128",
+        help="modules to build, of " + ",".join(g[0] for g in GROUPS),
+    )
     args = parser.parse_args()
     dtypes = [d for d in args.dtypes.split(",") if d]
     if args.phase:
-        {"jit": phase_jit, "check": phase_check, "time": phase_time}[args.phase](dtypes)
+        {"build": phase_build, "check": phase_check, "time": phase_time}[args.phase](
+            dtypes, args.argument
+        )
         return
     deadline = time.perf_counter() + args.budget
-    result = {"environment": environment(), "dtypes": dtypes, "phases": {}}
+    result = {"environment": environment(), "dtypes": dtypes, "builds": {}, "phases": {}}
     print(json.dumps(result["environment"]), flush=True)
     out = os.environ.get("OUT")
-    for phase in args.phases.split(","):
-        left = deadline - time.perf_counter()
-        if left < 5:
-            result["phases"][phase] = {"skipped": "no time left"}
-            continue
-        result["phases"][phase] = run_phase(phase, dtypes, min(PHASE_LIMITS[phase], left))
+
+    def save():
         if out:
             Path(out, "probe_flashinfer.json").write_text(json.dumps(result, indent=1))
+
+    # Every build at once (nvcc is the long pole); each group's checks and timings as soon as
+    # its module is there, one at a time so timings do not overlap each other.
+    groups = [g for g in args.groups.split(",") if g]
+    builds = {g: spawn("build", dtypes, g) for g in groups}
+    started = {g: time.perf_counter() for g in groups}
+    pending = list(groups)
+    while pending and time.perf_counter() < deadline - 3:
+        ready = next((g for g in pending if builds[g].poll() is not None), None)
+        if ready is None:
+            time.sleep(0.5)
+            continue
+        pending.remove(ready)
+        result["builds"][ready] = collect(builds[ready], 5, f"build {ready}")
+        result["builds"][ready]["wall_from_start"] = round(time.perf_counter() - started[ready], 1)
+        save()
+        if builds[ready].returncode != 0:
+            continue
+        for phase, argument in FOLLOW_UPS[ready]:
+            left = deadline - time.perf_counter()
+            if left < 5:
+                break
+            key = f"{phase} {argument}"
+            limit = min(left, PHASE_LIMIT)
+            result["phases"][key] = collect(spawn(phase, dtypes, argument), limit, key)
+            save()
+    for group in pending:  # not finished in the budget: what it got through
+        result["builds"][group] = collect(builds[group], 0, f"build {group}")
+    save()
     print(table(result))
 
 

@@ -10,8 +10,8 @@ for the definition's layout and the token-major (BSHD) one.
 
 On a GPU with FlashInfer (``gpu``): every library workload (smoke, correctness, large) in both
 dtypes against the float32 reference, outputs NaN-poisoned and inputs checked unchanged (the
-helper of test_attention.py). FlashInfer compiles its kernels with nvcc on first use; the module
-fixture builds them all in one parallel ninja run first.
+helper of test_attention.py). FlashInfer compiles its kernels with nvcc on first use (minutes for
+its Hopper modules); the first case of a dtype builds that dtype's in one parallel ninja run.
 """
 
 from __future__ import annotations
@@ -174,9 +174,14 @@ def gpu_cases() -> list:
     return cases
 
 
-@pytest.fixture(scope="module")
-def compiled() -> None:
-    """FlashInfer's kernels for both dtypes and head dims, built in one parallel ninja run."""
+_BUILT: set = set()
+
+
+def compile_kernels(dtype: str) -> None:
+    """FlashInfer's kernels for a dtype (both head dims, the three peers), built in one parallel
+    ninja run before the first case needs them (prebuilt AOT modules are skipped)."""
+    if dtype in _BUILT:
+        return
     from flashinfer.jit import (
         gen_batch_decode_module,
         gen_batch_prefill_module,
@@ -186,23 +191,25 @@ def compiled() -> None:
     from flashinfer.utils import is_sm90a_supported
 
     backend = "fa3" if is_sm90a_supported(torch.device("cuda")) else "fa2"
+    kind = torch.float16 if dtype == "fp16" else torch.bfloat16
     specs = []
-    for dtype in (torch.float16, torch.bfloat16):
-        for head_dim in (64, 128):
-            common = (head_dim, head_dim, 0, False, False)
-            specs.append(gen_single_prefill_module(backend, dtype, dtype, dtype, *common, False))
-            specs.append(gen_batch_decode_module(dtype, dtype, dtype, torch.int32, *common))
-            specs.append(
-                gen_batch_prefill_module(backend, dtype, dtype, dtype, torch.int32, *common, False)
-            )
+    for head_dim in (64, 128):
+        common = (head_dim, head_dim, 0, False, False)
+        specs.append(gen_single_prefill_module(backend, kind, kind, kind, *common, False))
+        specs.append(gen_batch_decode_module(kind, kind, kind, torch.int32, *common))
+        specs.append(
+            gen_batch_prefill_module(backend, kind, kind, kind, torch.int32, *common, False)
+        )
     build_jit_specs(specs)
+    _BUILT.add(dtype)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_FLASHINFER, reason="flashinfer-python is not installed")
 @pytest.mark.parametrize(("definition", "workload"), gpu_cases())
-def test_flashinfer_gpu(definition: str, workload, compiled: None) -> None:
-    operator = definition.rsplit("_", 1)[0]
+def test_flashinfer_gpu(definition: str, workload) -> None:
+    operator, dtype = definition.rsplit("_", 1)
+    compile_kernels(dtype)
     module = _PEERS.get(operator) or _PEERS.setdefault(operator, peer(operator))
     try:
         check(definition, workload, "cuda", call=module.run, solution="flashinfer")
