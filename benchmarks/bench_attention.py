@@ -17,9 +17,9 @@ causal (the issue's convention); varlen FLOPs = 4 * q_heads * head_dim * (query,
 actually visible, summed over sequences; decode bytes = the K and V rows actually read (sum of
 seq_lens * kv_heads * head_dim * 2 * 2 bytes) plus q, o and lse, held against the copy bandwidth
 measured in the same run. The L2 is flushed between calls; decode calls shorter than
-``GRAPH_BELOW_US`` are timed as CUDA graph replays instead (as a serving engine runs decode: per-call
-events would time the host's launch, ~100 us of Python for a 10-40 us kernel), over input sets
-rotated to exceed the L2 three times.
+``GRAPH_BELOW_US`` are timed as CUDA graph replays instead (as a serving engine runs decode:
+per-call events would time the host's launch, 70-170 us of Python on an H100 host for a 16-180 us
+kernel), over input sets rotated to exceed the L2 three times.
 
 Correctness, once per provider before timing: o and lse against the definition's float32
 reference (run on the GPU, chunked over queries; TF32 off), under the definition's tolerances. A
@@ -27,8 +27,9 @@ provider that fails or raises is reported in the table and not timed.
 
 Bars (issue 7, bf16): prefill at least sdpa_flash (on an H200: 317 causal / 343 TFLOP/s), goal
 90% of sdpa_cudnn (H200: 531 / 597); decode (issue 20) at least 75% of the copy bandwidth for batch
-1-8 and 99% for batch 64. The summary printed last says which hold. ``--tune`` times Triton configurations of the prefill and decode kernels
-side by side instead (to choose the solutions' defaults).
+1-8 and 99% for batch 64. The summary printed last says which hold. ``--tune`` times Triton
+configurations of the prefill and decode kernels side by side instead (to choose the solutions'
+defaults).
 
     python benchmarks/bench_attention.py [--quick] [--tune] [--no-write] [--cpu-check]
 """

@@ -344,7 +344,7 @@ def sweep(probe: Probe, shape: Shape, mode: str, baseline: Any) -> None:
     module, sms = probe.module, probe.sms
     items = shape.batch * KV_HEADS
     planned_splits, planned = module.plan(
-        shape.batch, KV_HEADS, shape.cache, HEAD_DIM, probe.device
+        shape.batch, Q_HEADS, KV_HEADS, shape.cache, HEAD_DIM, probe.device
     )
     print(
         f"\n{shape.label}: {shape.bytes / 1e6:.1f} MB, {shape.sets} input sets, "

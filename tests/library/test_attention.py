@@ -262,6 +262,38 @@ def test_decode_splits(splits: int, combine: str, device: torch.device) -> None:
         assert int(counters.abs().sum()) == 0, "a fused merge left a counter set"
 
 
+def test_decode_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split counts a 132-SM GPU gets (what scripts/probe_decode.py measured best on an H100):
+    one program an SM while batch x KV heads fit the SMs, ~12 an SM beyond; never more splits
+    than 128-token chunks; the fused merge only where one block holds a group's splits."""
+    module = sys.modules[runnable("attention_decode_bf16", "triton", "cpu").fn.__module__]
+    monkeypatch.setitem(module._SM_COUNT, 0, 132)
+    monkeypatch.setitem(module._PDL, 0, True)
+    gpu = torch.device("cuda", 0)
+    expected = {  # (batch, q_heads, kv_heads, max_seq): (splits, combine)
+        (1, 32, 8, 8192): (16, "fused"),
+        (1, 32, 8, 32768): (16, "fused"),
+        (4, 32, 8, 8192): (4, "fused"),
+        (8, 32, 8, 32768): (2, "fused"),
+        (16, 32, 8, 32768): (1, "fused"),  # 128 programs: no merge at all
+        (17, 32, 8, 32768): (12, "fused"),  # 16 x 4 values: one block
+        (1, 64, 8, 32768): (16, "kernel"),  # 16 splits x 8 heads: two blocks
+        (64, 32, 8, 8192): (4, "fused"),
+        (1, 32, 4, 32768): (33, "kernel"),
+        (1, 32, 8, 1000): (7, "fused"),  # 128-token chunks at least
+        (1, 32, 8, 100): (1, "fused"),
+        (3, 8, 8, 0): (1, "fused"),
+    }
+    for (batch, q_heads, kv_heads, max_seq), (splits, combine) in expected.items():
+        got, config = module.plan(batch, q_heads, kv_heads, max_seq, 128, gpu)
+        assert (got, config["combine"]) == (splits, combine), (batch, q_heads, kv_heads, max_seq)
+        assert config["pdl"] and config["BLOCK_N"] == 64
+        if batch * kv_heads <= 132:
+            assert batch * kv_heads * got <= 132
+    splits, config = module.plan(1, 32, 8, 8192, 128, torch.device("cpu"))
+    assert splits == 3 and not config["pdl"]
+
+
 def test_decode_odd_lengths_many_splits(device: torch.device) -> None:
     """The correctness workloads (lengths drawn from 0, BSHD caches, batch 0, GQA 4 and 1, head_dim
     64 and 128) at split counts a GPU plan picks for small batches, both merges."""

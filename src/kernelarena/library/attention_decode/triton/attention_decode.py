@@ -9,18 +9,21 @@ goal is every byte of K and V read once, with enough loads in flight to saturate
 - Splits: the sequences times KV heads alone may not fill the GPU (batch 1 has 8 programs for 132
   SMs), so each sequence is cut into ``num_splits`` chunks of equal length, computed on the device
   from its own length (a short sequence's splits share its few tokens instead of idling). No host
-  sync is made (CUDA-graph safe). ``plan`` picks the count so that the programs fill whole waves
-  of the SMs' resident slots: with equal chunks the waves finish together and no tail is left.
+  sync is made (CUDA-graph safe). ``plan`` picks the count from the SM count: one program an SM
+  while sequences x KV heads fit the SMs (equal chunks, all running at once, finishing together),
+  else about 12 an SM so that the last ones to run are short.
 - Each split writes a normalised partial output and its log2-sum-exp in float32, merged per
-  (sequence, query head) by either a second kernel (``combine="kernel"``), or, to save that
-  launch on short calls, by the last split of each (sequence, KV head) to finish
-  (``combine="fused"``): a per-(sequence, KV head) counter in a zeroed buffer kept by this module,
-  which that last split sets back to 0, so consecutive calls on one device must be stream-ordered
-  (true of one stream and of graph replays). With one split the first kernel writes the final
-  output itself.
+  (sequence, query head) either by a second kernel (``combine="kernel"``) or, saving that launch,
+  by the last split of each (sequence, KV head) to finish (``combine="fused"``, the default where
+  one block of 64 values holds every split of the group's heads): a gpu-scope ticket counter per
+  (sequence, KV head) in a zeroed buffer kept by this module, which that last split sets back to
+  0. Calls on one device must therefore be stream-ordered (one stream, graph replays in order),
+  as with a workspace; a graph captured before any eager call uses the combine kernel. With one
+  split the first kernel writes the final output itself.
 - K/V loads are masked pointer loads, software-pipelined by ``num_stages`` (cp.async on sm_80+).
-- ``pdl``: programmatic dependent launch (sm_90): the combine kernel launches while the split
-  kernel's last programs run and waits for its results (``griddepcontrol``).
+- ``pdl``: programmatic dependent launch (sm_90, on by default there): each kernel may launch
+  while the one before it in the stream finishes, and waits (``griddepcontrol.wait``) before its
+  first read, so whatever that kernel wrote (q, the cache) is visible.
 - On the CPU interpreter bfloat16 dots widen to float32 first (``DOT_F32``), as in
   ``attention_prefill``: the interpreter multiplies bfloat16 bit patterns
   (triton-lang/triton#11584).
@@ -304,21 +307,26 @@ def _pdl_supported(device: torch.device) -> bool:
 
 _CPU_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "combine": "kernel", "pdl": False}
 # On a GPU: 64 x 128 K and V tiles, 2 in flight (3 stages: 70 KB of shared memory, 95 registers).
-_GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "pdl": True}
+# H100, 2026-11-25 (scripts/probe_decode.py): BLOCK_N 32 and 128, 8 warps and 2-5 stages were no
+# faster at any shape; PDL saved 0.3-0.6 us a call; the fused merge 0.1-1.7 us more where it
+# reads every split in one block (batch 4 at 8k: 48.8 us against 50.2), and cost 1-4 us where it
+# loops over three (33 splits).
+_GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "fused", "pdl": True}
 # Splits when batch x KV heads <= SMs: one program an SM. With equal chunks, all of them run at
-# once and finish together; more programs only add partials (H100, 2026-11-25: 2 an SM within 2%
-# of 1, and a fractional count of programs an SM, e.g. 3.4, 8-11% slower than a whole one).
+# once and finish together; more programs only add partials (H100: 2 an SM 1-6% slower, and a
+# fractional count of programs an SM, e.g. 3.4, 8-11% slower than a whole one).
 _SMALL_PROGRAMS_PER_SM = 1
 # Splits when the batch alone fills the SMs: ~12 programs an SM, so that the last ones are short
 # (batch 64, 8 KV heads: 4 splits; 1 split was 94% of copy, 4 splits 102-104%).
 _LARGE_PROGRAMS_PER_SM = 12
 _MIN_CHUNK = 128  # tokens a split at least
+_FUSED_MERGE_VALUES = 64  # the fused merge's block: splits x query heads of a group (registers)
 
 
 def plan(
-    batch: int, kv_heads: int, max_seq: int, head_dim: int, device: torch.device
+    batch: int, q_heads: int, kv_heads: int, max_seq: int, head_dim: int, device: torch.device
 ) -> tuple[int, dict]:
-    """(num_splits, config) for a shape. Host-side facts only (no sync): SM count, batch, KV heads
+    """(num_splits, config) for a shape. Host-side facts only (no sync): SM count, batch, heads
     and the cache length; the lengths themselves stay on the device."""
     if device.type != "cuda":
         return min(3, max(1, triton.cdiv(max_seq, 16))), dict(_CPU_CONFIG)  # combine runs on CPU
@@ -330,7 +338,12 @@ def plan(
         splits = _SMALL_PROGRAMS_PER_SM * sms // items
     else:
         splits = triton.cdiv(_LARGE_PROGRAMS_PER_SM * sms, items)
-    return max(1, min(splits, max_seq // _MIN_CHUNK)), config
+    splits = max(1, min(splits, max_seq // _MIN_CHUNK))
+    group = max(1, q_heads // max(1, kv_heads))
+    merged = triton.next_power_of_2(splits) * triton.next_power_of_2(group)
+    if merged > _FUSED_MERGE_VALUES:
+        config["combine"] = "kernel"  # the last split would merge in several rounds
+    return splits, config
 
 
 def run(q, k_cache, v_cache, seq_lens, sm_scale, o, lse):
@@ -355,7 +368,7 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
     if batch == 0 or q_heads == 0:
         return None
     group = q_heads // kv_heads
-    planned_splits, planned = plan(batch, kv_heads, max_seq, head_dim, q.device)
+    planned_splits, planned = plan(batch, q_heads, kv_heads, max_seq, head_dim, q.device)
     if config:
         planned.update(config)
     config = planned
@@ -379,7 +392,7 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
     # Merges read splits in blocks of 16 to 64 (few builds; at most 64 values a lane at 4 warps).
     merge_rows = triton.next_power_of_2(group)
     split_block = min(64, max(16, triton.next_power_of_2(num_splits)))
-    fused_block = max(2, min(triton.next_power_of_2(num_splits), 64 // merge_rows))
+    fused_block = max(2, min(triton.next_power_of_2(num_splits), _FUSED_MERGE_VALUES // merge_rows))
     extra = {"launch_pdl": True} if pdl else {}
     compiled = _decode_split_kernel[
         (batch * kv_heads * num_splits,)
