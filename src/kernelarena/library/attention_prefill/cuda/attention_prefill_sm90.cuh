@@ -1,6 +1,7 @@
 // The Hopper kernel of attention_prefill, FlashAttention-3's structure in plain PTX.
 //
-// A CTA owns 128 query rows of one (batch, query head) and three warpgroups:
+// A CTA owns work tiles of 128 query rows of one (batch, query head), one tile unless the grid is
+// persistent (attention_prefill.cu), and three warpgroups:
 // - warpgroup 0, the producer, gives its registers away (setmaxnreg) and one thread issues TMA
 //   loads: Q once, then K and V tiles of 128 keys into a ring of kStages stages, each completing
 //   on a "full" mbarrier and recycled when both consumers arrive on its "empty" mbarrier;
@@ -42,7 +43,7 @@ struct Params {
   float* lse;
   int64_t o_stride_b, o_stride_h, o_stride_s;  // elements
   int64_t lse_stride_b, lse_stride_h, lse_stride_s;
-  int seq_q, seq_kv, group, num_m_blocks;
+  int seq_q, seq_kv, q_heads, group, num_m_blocks, num_work;
   int causal_offset;  // seq_kv - seq_q: query i sees keys j <= i + causal_offset
   bool causal;
   float scale_log2;  // sm_scale * log2(e), > 0
@@ -56,8 +57,8 @@ struct Layout {
   static constexpr int kK = kQ + kTileBytes;
   static constexpr int kV = kK + kStages * kTileBytes;
   static constexpr int kBarriers = kV + kStages * kTileBytes;
-  // q_full, then k_full, v_full, k_empty, v_empty per stage
-  static constexpr int kBytes = kBarriers + 8 * (1 + 4 * kStages);
+  // q_full, k_full, v_full, k_empty, v_empty per stage, q_empty
+  static constexpr int kBytes = kBarriers + 8 * (2 + 4 * kStages);
   static constexpr int kDynamicBytes = kBytes + 1024;  // room to align the base to 1024
 };
 
@@ -78,20 +79,46 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-// Writes o = 0 and lse = -inf for the rows [m0, m0 + kBlockM) of a CTA that sees no key.
+// One work tile: kBlockM query rows of one (batch, query head). Tiles are numbered with the row
+// block fastest (then head, then batch), so CTAs running at once share K and V through L2; under
+// a causal mask the row blocks run from the last (most keys) to the first, so that the short
+// ones fill the end of the grid.
+struct Work {
+  int m0, h, b, n_tiles;
+};
+
+__device__ __forceinline__ Work work_of(int t, const Params& p) {
+  Work w;
+  const int m_index = t % p.num_m_blocks;
+  const int rest = t / p.num_m_blocks;
+  w.h = rest % p.q_heads;
+  w.b = rest / p.q_heads;
+  w.m0 = (p.causal ? p.num_m_blocks - 1 - m_index : m_index) * kBlockM;
+  int key_end = p.seq_kv;
+  if (p.causal) key_end = min(key_end, w.m0 + kBlockM + p.causal_offset);
+  w.n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  return w;
+}
+
+// o = 0 and lse = -inf for a consumer's 64 rows of a tile that sees no key.
 template <typename T, int kHeadDim>
-__device__ void write_empty_rows(const Params& p, int m0, int h, int b) {
-  T* o = static_cast<T*>(p.o) + b * p.o_stride_b + h * p.o_stride_h;
-  const int rows = min(kBlockM, p.seq_q - m0);
-  for (int idx = threadIdx.x; idx < rows * kHeadDim; idx += blockDim.x) {
+__device__ void write_empty_rows(const Params& p, const Work& w, int first_row, int tid) {
+  T* o = static_cast<T*>(p.o) + w.b * p.o_stride_b + w.h * p.o_stride_h;
+  const int rows = min(64, p.seq_q - first_row);
+  for (int idx = tid; idx < rows * kHeadDim; idx += 128) {
     const int r = idx / kHeadDim, c = idx % kHeadDim;
-    o[(m0 + r) * p.o_stride_s + c] = T(0.0f);
+    o[(first_row + r) * p.o_stride_s + c] = T(0.0f);
   }
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-    p.lse[b * p.lse_stride_b + h * p.lse_stride_h + (m0 + r) * p.lse_stride_s] = -INFINITY;
+  for (int r = tid; r < rows; r += 128) {
+    p.lse[w.b * p.lse_stride_b + w.h * p.lse_stride_h + (first_row + r) * p.lse_stride_s] =
+        -INFINITY;
   }
 }
 
+// Work tiles t = blockIdx.x, blockIdx.x + gridDim.x, ...: one a CTA when the grid has one CTA a
+// tile, several when it is persistent (a CTA an SM), where the producer loads the next tile's Q
+// and first K/V while the consumers finish the current one. Stage and phase counters run on
+// across tiles.
 template <typename T, int kHeadDim, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_kernel(const __grid_constant__ CUtensorMap map_q,
@@ -100,23 +127,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = Layout<kHeadDim, kStages>;
   constexpr int kOut = kHeadDim / 2;  // float accumulators of O a thread (m64 x head_dim)
 
-  // Causal: the CTAs with the most keys start first, so the short ones fill the last wave.
-  const int m_block = p.causal ? p.num_m_blocks - 1 - blockIdx.x : blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int kv_h = h / p.group;
-  const int m0 = m_block * kBlockM;
-
-  int key_end = p.seq_kv;
-  if (p.causal) key_end = min(key_end, m0 + kBlockM + p.causal_offset);
-  const int n_tiles = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
-  if (n_tiles == 0) {
-    write_empty_rows<T, kHeadDim>(p, m0, h, b);
-    return;
-  }
-
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
   const uint32_t q_full = base + L::kBarriers;
+  const uint32_t q_empty = q_full + 8 * (1 + 4 * kStages);
   auto k_full = [&](int s) { return q_full + 8 * (1 + s); };
   auto v_full = [&](int s) { return q_full + 8 * (1 + kStages + s); };
   auto k_empty = [&](int s) { return q_full + 8 * (1 + 2 * kStages + s); };
@@ -124,10 +138,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
+    mbar_init(q_empty, 8);  // one arrival a consumer warp
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), 8);  // one arrival a consumer warp
+      mbar_init(k_empty(s), 8);
       mbar_init(v_empty(s), 8);
     }
     mbar_fence_init();
@@ -141,29 +156,38 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma_prefetch_descriptor(&map_q);
       tma_prefetch_descriptor(&map_k);
       tma_prefetch_descriptor(&map_v);
-      mbar_expect_tx(q_full, L::kTileBytes);
-#pragma unroll
-      for (int cb = 0; cb < L::kColumnBlocks; ++cb) {
-        tma_load_4d(base + L::kQ + cb * kColumnBlockBytes, &map_q, q_full, cb * 64, m0, h, b);
-      }
-      for (int i = 0; i < n_tiles; ++i) {
-        const int n = n_tiles - 1 - i;
-        const int s = i % kStages;
-        const uint32_t parity = ((i / kStages) & 1) ^ 1;
-        mbar_wait(k_empty(s), parity);
-        mbar_expect_tx(k_full(s), L::kTileBytes);
+      int kv_iter = 0, tile_iter = 0;
+      for (int t = blockIdx.x; t < p.num_work; t += gridDim.x) {
+        const Work w = work_of(t, p);
+        if (w.n_tiles == 0) continue;
+        const int kv_h = w.h / p.group;
+        mbar_wait(q_empty, (tile_iter & 1) ^ 1);
+        mbar_expect_tx(q_full, L::kTileBytes);
 #pragma unroll
         for (int cb = 0; cb < L::kColumnBlocks; ++cb) {
-          tma_load_4d(base + L::kK + s * L::kTileBytes + cb * kColumnBlockBytes, &map_k, k_full(s),
-                      cb * 64, n * kBlockN, kv_h, b);
+          tma_load_4d(base + L::kQ + cb * kColumnBlockBytes, &map_q, q_full, cb * 64, w.m0, w.h,
+                      w.b);
         }
-        mbar_wait(v_empty(s), parity);
-        mbar_expect_tx(v_full(s), L::kTileBytes);
+        for (int i = 0; i < w.n_tiles; ++i, ++kv_iter) {
+          const int n = w.n_tiles - 1 - i;
+          const int s = kv_iter % kStages;
+          const uint32_t parity = ((kv_iter / kStages) & 1) ^ 1;
+          mbar_wait(k_empty(s), parity);
+          mbar_expect_tx(k_full(s), L::kTileBytes);
 #pragma unroll
-        for (int cb = 0; cb < L::kColumnBlocks; ++cb) {
-          tma_load_4d(base + L::kV + s * L::kTileBytes + cb * kColumnBlockBytes, &map_v, v_full(s),
-                      cb * 64, n * kBlockN, kv_h, b);
+          for (int cb = 0; cb < L::kColumnBlocks; ++cb) {
+            tma_load_4d(base + L::kK + s * L::kTileBytes + cb * kColumnBlockBytes, &map_k,
+                        k_full(s), cb * 64, n * kBlockN, kv_h, w.b);
+          }
+          mbar_wait(v_empty(s), parity);
+          mbar_expect_tx(v_full(s), L::kTileBytes);
+#pragma unroll
+          for (int cb = 0; cb < L::kColumnBlocks; ++cb) {
+            tma_load_4d(base + L::kV + s * L::kTileBytes + cb * kColumnBlockBytes, &map_v,
+                        v_full(s), cb * 64, n * kBlockN, kv_h, w.b);
+          }
         }
+        ++tile_iter;
       }
     }
     return;
@@ -174,19 +198,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
   const int row_in_tile = consumer * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
-  const int rows[2] = {m0 + row_in_tile, m0 + row_in_tile + 8};
   const int col_in_block = 2 * (lane % 4);
   const float scale = p.scale_log2;
+  const uint32_t q_base = base + L::kQ + consumer * 64 * 128;
 
   float o[kOut];
   float s[64];
   uint32_t pf[32];  // P of the previous tile, 16-bit pairs in the wgmma A fragment layout
-  float row_max[2] = {-INFINITY, -INFINITY};  // of the scaled scores, log2 units
-  float row_sum[2] = {0.0f, 0.0f};            // this thread's share; the quad adds up at the end
-#pragma unroll
-  for (int i = 0; i < kOut; ++i) o[i] = 0.0f;
-
-  const uint32_t q_base = base + L::kQ + consumer * 64 * 128;
 
   auto issue_qk = [&](int stage) {
     const uint32_t k_base = base + L::kK + stage * L::kTileBytes;
@@ -216,55 +234,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_commit();
   };
 
-  // Masks tile n where it must, then turns s into exp2(s * scale - max) in place and updates the
-  // running max and sums; returns each row's factor for the O accumulated so far.
-  auto softmax = [&](int n, float (&alpha)[2]) {
-    const int key0 = n * kBlockN;
-    const bool masked = key0 + kBlockN > p.seq_kv ||
-                        (p.causal && key0 + kBlockN - 1 > m0 + p.causal_offset);
-    if (masked) {
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        const int key = key0 + (i / 4) * 8 + col_in_block + (i % 2);
-        const int row = rows[(i / 2) % 2];
-        if (key >= p.seq_kv || (p.causal && key > row + p.causal_offset)) s[i] = -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-      const float new_max = fmaxf(row_max[r], mx * scale);
-      // A row that has seen no key yet keeps max -inf; exponents then use 0 so that exp2 gives
-      // 0 rather than NaN.
-      const float use_max = new_max == -INFINITY ? 0.0f : new_max;
-      alpha[r] = fast_exp2(row_max[r] - use_max);
-      row_max[r] = new_max;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = 4 * j + 2 * r + e;
-          s[i] = fast_exp2(fmaf(s[i], scale, -use_max));
-          sum += s[i];
-        }
-      }
-      row_sum[r] = row_sum[r] * alpha[r] + sum;
-    }
-  };
-
   auto to_p = [&]() {
 #pragma unroll
     for (int i = 0; i < 32; ++i) pf[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
   };
 
   // Named barriers 1 and 2: consumer c waits on 1 + c for its turn to issue GEMMs and passes
-  // the turn on 2 - c. Consumer 1 passes first so that consumer 0 starts; it skips its last
-  // pass, which nobody waits for.
+  // the turn on 2 - c. Consumer 1 passes first so that consumer 0 starts; consumer 0 takes
+  // consumer 1's last pass after the last tile, so that no arrival is left pending.
   auto turn_wait = [&]() {
     if constexpr (ATTENTION_PREFILL_PINGPONG) named_barrier_sync(1 + consumer, 256);
   };
@@ -273,83 +250,152 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   if (consumer == 1) turn_pass();
 
-  mbar_wait(q_full, 0);
-
-  // Tile 0 (the last keys): S, softmax, P.
-  {
-    mbar_wait(k_full(0), 0);
-    turn_wait();
-    issue_qk(0);
-    turn_pass();
-    wgmma_wait<0>();
-    fence_registers(s);
-    if (lane == 0) mbar_arrive(k_empty(0));
-    float alpha[2];
-    softmax(n_tiles - 1, alpha);
-    to_p();
-  }
-
-  for (int i = 1; i < n_tiles; ++i) {
-    const int stage = i % kStages;
-    const int prev = (i - 1) % kStages;
-    mbar_wait(k_full(stage), (i / kStages) & 1);
-    turn_wait();
-    issue_qk(stage);
-    mbar_wait(v_full(prev), ((i - 1) / kStages) & 1);
-    fence_registers(pf);
-    issue_pv(prev);
-    turn_pass();
-    wgmma_wait<1>();  // S of tile i is in; O += P V of tile i - 1 still runs
-    fence_registers(s);
-    if (lane == 0) mbar_arrive(k_empty(stage));
-    float alpha[2];
-    softmax(n_tiles - 1 - i, alpha);
-    wgmma_wait<0>();
-    fence_registers(o);
-    fence_registers(s);
-    fence_registers(pf);
-    if (lane == 0) mbar_arrive(v_empty(prev));
+  int kv_iter = 0, tile_iter = 0;
+  for (int t = blockIdx.x; t < p.num_work; t += gridDim.x) {
+    const Work w = work_of(t, p);
+    const int rows[2] = {w.m0 + row_in_tile, w.m0 + row_in_tile + 8};
+    if (w.n_tiles == 0) {
+      write_empty_rows<T, kHeadDim>(p, w, w.m0 + consumer * 64, tid);
+      continue;
+    }
+    float row_max[2] = {-INFINITY, -INFINITY};  // of the scaled scores, log2 units
+    float row_sum[2] = {0.0f, 0.0f};            // this thread's share; the quad adds up at the end
 #pragma unroll
-    for (int j = 0; j < kOut; ++j) o[j] *= alpha[(j / 2) % 2];
-    to_p();
-  }
+    for (int i = 0; i < kOut; ++i) o[i] = 0.0f;
 
-  {
-    const int last = (n_tiles - 1) % kStages;
-    mbar_wait(v_full(last), ((n_tiles - 1) / kStages) & 1);
-    fence_registers(pf);
-    fence_registers(o);
-    turn_wait();
-    issue_pv(last);
-    if (consumer == 0) turn_pass();
-    wgmma_wait<0>();
-    fence_registers(o);
-    if (lane == 0) mbar_arrive(v_empty(last));
-  }
-
-  // Epilogue: the quad's partial sums, o / sum, lse; rows past seq_q are not written.
-  T* out = static_cast<T*>(p.o) + b * p.o_stride_b + h * p.o_stride_h;
-  constexpr float kLn2 = 0.6931471805599453f;
+    // Masks key tile n where it must, then turns s into exp2(s * scale - max) in place and
+    // updates the running max and sums; returns each row's factor for the O accumulated so far.
+    auto softmax = [&](int n, float (&alpha)[2]) {
+      const int key0 = n * kBlockN;
+      const bool masked = key0 + kBlockN > p.seq_kv ||
+                          (p.causal && key0 + kBlockN - 1 > w.m0 + p.causal_offset);
+      if (masked) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    sum += __shfl_xor_sync(0xffffffff, sum, 2);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const int row = rows[r];
-    if (row < p.seq_q) {
-      T* line = out + row * p.o_stride_s + col_in_block;
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        const uint32_t v = pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-        *reinterpret_cast<uint32_t*>(line + 8 * j) = v;
+        for (int i = 0; i < 64; ++i) {
+          const int key = key0 + (i / 4) * 8 + col_in_block + (i % 2);
+          const int row = rows[(i / 2) % 2];
+          if (key >= p.seq_kv || (p.causal && key > row + p.causal_offset)) s[i] = -INFINITY;
+        }
       }
-      if (lane % 4 == 0) {
-        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + row * p.lse_stride_s] =
-            sum > 0.0f ? row_max[r] * kLn2 + logf(sum) : -INFINITY;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float new_max = fmaxf(row_max[r], mx * scale);
+        // A row that has seen no key yet keeps max -inf; exponents then use 0 so that exp2
+        // gives 0 rather than NaN.
+        const float use_max = new_max == -INFINITY ? 0.0f : new_max;
+        alpha[r] = fast_exp2(row_max[r] - use_max);
+        row_max[r] = new_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = 4 * j + 2 * r + e;
+            s[i] = fast_exp2(fmaf(s[i], scale, -use_max));
+            sum += s[i];
+          }
+        }
+        row_sum[r] = row_sum[r] * alpha[r] + sum;
+      }
+    };
+
+    mbar_wait(q_full, tile_iter & 1);
+
+    // Key tile 0 (the last keys): S, softmax, P.
+    {
+      const int stage = kv_iter % kStages;
+      mbar_wait(k_full(stage), (kv_iter / kStages) & 1);
+      turn_wait();
+      issue_qk(stage);
+      turn_pass();
+      wgmma_wait<0>();
+      fence_registers(s);
+      if (lane == 0) {
+        mbar_arrive(k_empty(stage));
+        if (w.n_tiles == 1) mbar_arrive(q_empty);  // the producer may load the next Q
+      }
+      float alpha[2];
+      softmax(w.n_tiles - 1, alpha);
+      to_p();
+    }
+
+    for (int i = 1; i < w.n_tiles; ++i) {
+      const int it = kv_iter + i;
+      const int stage = it % kStages;
+      const int prev = (it - 1) % kStages;
+      mbar_wait(k_full(stage), (it / kStages) & 1);
+      turn_wait();
+      issue_qk(stage);
+      mbar_wait(v_full(prev), ((it - 1) / kStages) & 1);
+      fence_registers(pf);
+      issue_pv(prev);
+      turn_pass();
+      wgmma_wait<1>();  // S of key tile i is in; O += P V of key tile i - 1 still runs
+      fence_registers(s);
+      if (lane == 0) {
+        mbar_arrive(k_empty(stage));
+        if (i == w.n_tiles - 1) mbar_arrive(q_empty);
+      }
+      float alpha[2];
+      softmax(w.n_tiles - 1 - i, alpha);
+      wgmma_wait<0>();
+      fence_registers(o);
+      fence_registers(s);
+      fence_registers(pf);
+      if (lane == 0) mbar_arrive(v_empty(prev));
+#pragma unroll
+      for (int j = 0; j < kOut; ++j) o[j] *= alpha[(j / 2) % 2];
+      to_p();
+    }
+
+    {
+      const int it = kv_iter + w.n_tiles - 1;
+      const int last = it % kStages;
+      mbar_wait(v_full(last), (it / kStages) & 1);
+      fence_registers(pf);
+      fence_registers(o);
+      turn_wait();
+      issue_pv(last);
+      turn_pass();
+      wgmma_wait<0>();
+      fence_registers(o);
+      if (lane == 0) mbar_arrive(v_empty(last));
+    }
+    kv_iter += w.n_tiles;
+    ++tile_iter;
+
+    // Epilogue: the quad's partial sums, o / sum, lse; rows past seq_q are not written.
+    T* out = static_cast<T*>(p.o) + w.b * p.o_stride_b + w.h * p.o_stride_h;
+    constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffff, sum, 1);
+      sum += __shfl_xor_sync(0xffffffff, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int row = rows[r];
+      if (row < p.seq_q) {
+        T* line = out + row * p.o_stride_s + col_in_block;
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          const uint32_t v = pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+          *reinterpret_cast<uint32_t*>(line + 8 * j) = v;
+        }
+        if (lane % 4 == 0) {
+          p.lse[w.b * p.lse_stride_b + w.h * p.lse_stride_h + row * p.lse_stride_s] =
+              sum > 0.0f ? row_max[r] * kLn2 + logf(sum) : -INFINITY;
+        }
       }
     }
   }
+  if (consumer == 0) turn_wait();
 }
 
 }  // namespace attention_prefill_sm90
