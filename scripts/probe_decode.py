@@ -1,24 +1,31 @@
 """Development aid for the Triton attention_decode on a GPU: per shape, split counts and Triton
 configs swept through the solution's ``launch(..., num_splits=, config=)``, each checked against
-the float32 reference under the definition's tolerances, then timed as CUDA graph replays over
-input sets rotated to exceed the L2, against the copy bandwidth measured in the same run.
+the float32 reference under the definition's tolerances (outputs poisoned first; checked again
+after the timed replays), then timed as CUDA graph replays over input sets rotated to exceed the
+L2, against the copy bandwidth measured in the same run.
 
 Shapes: q_heads 32 / kv_heads 8, head_dim 128, bf16; batch 1, 4, 8 and 64 with caches of 8192 and
-32768 filled, and batch 1 at 32768 with a length drawn in [1, 32768]. Per shape, in stages:
+32768 filled, and batch 1 at 32768 with a length drawn in [1, 32768]. Per shape:
 
 - ``plan``: the solution's own choice (``plan``), and ``--baseline FILE``'s (an earlier version of
-  the solution file, e.g. ``git show a99c844:src/.../attention_decode.py``), both also timed the
+  the solution file, e.g. ``git show 42c9227:src/.../attention_decode.py``), both also timed the
   way ``bench_attention`` used to (CUDA events, L2 flushed, host launch included) with the host's
   submit time per call;
-- ``splits``: the default config at split counts around whole waves of the resident programs;
-- ``config``: BLOCK_N x num_warps x num_stages at the best split counts and at the ones that fill
-  one or two waves of that config's residency (registers and shared memory of its build);
-- ``merge``: the best few with the merge fused into the split kernel and with PDL.
+- ``floor``: a bare Triton kernel streaming the same K and V once (launch and ramp included), the
+  most one kernel of these bytes reaches;
+- ``--sweep focus`` (default): one and two programs an SM (or 2-6 splits for batch 64) x the
+  configs that did best in the wide sweep x each merge (combine kernel, with PDL, fused with PDL);
+- ``--sweep wide``: the default config at split counts around whole waves of the resident
+  programs; BLOCK_N x num_warps x num_stages at the best counts and at one or two waves of each
+  config's residency (registers and shared memory of its build); fused merge and PDL on the best;
+- ``--sweep quick``: plan, baseline and floor only (~10 s after the set-up on an H100).
 
 Bytes: the K and V rows actually read plus q, o and lse. A ``--budget`` in seconds stops the sweep
-early (the table is printed regardless). Every measurement goes to ``$OUT/probe_decode.json``.
+early (the table is printed regardless). Every measurement goes to ``$OUT/probe_decode.json``. On
+an H100 a focus sweep took 48 s and a wide one 53 s after ~20 s of set-up.
 
-    python scripts/probe_decode.py [--baseline FILE] [--quick] [--budget 200] [--shapes 1x8192,...]
+    python scripts/probe_decode.py [--baseline FILE] [--sweep quick|focus|wide] [--budget 200]
+        [--shapes 1x8192,1x32768m,...] [--cpu-check]
 """
 
 from __future__ import annotations
