@@ -313,8 +313,8 @@ _CPU_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "combine": "kerne
 # loops over three (33 splits).
 _GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "fused", "pdl": True}
 # Splits when batch x KV heads <= SMs: one program an SM. With equal chunks, all of them run at
-# once and finish together; more programs only add partials (H100: 2 an SM 1-6% slower, and a
-# fractional count of programs an SM, e.g. 3.4, 8-11% slower than a whole one).
+# once and finish together; more programs only add partials (H100: 2 an SM from 0.6% faster to
+# 3.5% slower, and a fractional count of programs an SM, e.g. 3.4, 8-11% slower than a whole one).
 _SMALL_PROGRAMS_PER_SM = 1
 # Splits when the batch alone fills the SMs: ~12 programs an SM, so that the last ones are short
 # (batch 64, 8 KV heads: 4 splits; 1 split was 94% of copy, 4 splits 102-104%).
