@@ -101,9 +101,9 @@ def cuda_solution(suffix: str):
 # Variants built from the same sources with macros set at the top of the .cu file.
 VARIANTS = {
     "cuda": "",
-    "cuda_persist": "#define ATTENTION_PREFILL_PERSISTENT 1\n",  # a CTA an SM
+    "cuda_early": "#define ATTENTION_PREFILL_EARLY_RESCALE 1\n",  # O rescaled before P V
 }
-CHECKED_VARIANTS = ("cuda_persist",)  # checked on every case besides the default
+CHECKED_VARIANTS = ("cuda_early",)  # checked on every case besides the default
 
 
 def built(suffix: str, variant: str = "cuda", cache: dict = {}):  # noqa: B006 - per process

@@ -27,6 +27,16 @@
 // the other has issued its own, so one's softmax lines up with the other's GEMMs. H100,
 // 2026-11-25, b4 h32 s4096 bf16 (TFLOP/s without / with): d128 causal 509 / 525, d64 full
 // 377 / 413, d64 causal 338 / 373, d128 full 589 / 584 (within the spread of repeated runs).
+// Where O takes its softmax factor: 1 rescales O between issuing S = Q K^T of the next key tile
+// and O += P V (FlashAttention-3's order: the multiplies run while the tensor cores work on S);
+// 0 rescales after O += P V completes. 0 measured faster, perhaps because under ping-pong the
+// multiplies sit inside the warpgroup's turn and delay the other's GEMMs: H100, 2026-11-25, b4
+// h32 s4096 bf16 (TFLOP/s, 0 / 1): d128 full 572 / 565, causal 511 / 502, causal GQA 509 / 487,
+// d64 full 412 / 405, fp16 d128 full 549 / 519.
+#ifndef ATTENTION_PREFILL_EARLY_RESCALE
+#define ATTENTION_PREFILL_EARLY_RESCALE 0
+#endif
+
 #ifndef ATTENTION_PREFILL_PINGPONG
 #define ATTENTION_PREFILL_PINGPONG 1
 #endif
@@ -307,6 +317,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
 
     mbar_wait(q_full, tile_iter & 1);
+    float alpha[2];  // the last softmax's factors for O
+    auto rescale_o = [&]() {
+#pragma unroll
+      for (int j = 0; j < kOut; ++j) o[j] *= alpha[(j / 2) % 2];
+    };
 
     // Key tile 0 (the last keys): S, softmax, P.
     {
@@ -321,8 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_arrive(k_empty(stage));
         if (w.n_tiles == 1) mbar_arrive(q_empty);  // the producer may load the next Q
       }
-      float alpha[2];
-      softmax(w.n_tiles - 1, alpha);
+      softmax(w.n_tiles - 1, alpha);  // alpha is 0 here, and so is O
       to_p();
     }
 
@@ -333,6 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(k_full(stage), (it / kStages) & 1);
       turn_wait();
       issue_qk(stage);
+      if constexpr (ATTENTION_PREFILL_EARLY_RESCALE) rescale_o();
       mbar_wait(v_full(prev), ((it - 1) / kStages) & 1);
       fence_registers(pf);
       issue_pv(prev);
@@ -343,21 +358,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_arrive(k_empty(stage));
         if (i == w.n_tiles - 1) mbar_arrive(q_empty);
       }
-      float alpha[2];
       softmax(w.n_tiles - 1 - i, alpha);
       wgmma_wait<0>();
       fence_registers(o);
       fence_registers(s);
       fence_registers(pf);
       if (lane == 0) mbar_arrive(v_empty(prev));
-#pragma unroll
-      for (int j = 0; j < kOut; ++j) o[j] *= alpha[(j / 2) % 2];
+      if constexpr (!ATTENTION_PREFILL_EARLY_RESCALE) rescale_o();
       to_p();
     }
 
     {
       const int it = kv_iter + w.n_tiles - 1;
       const int last = it % kStages;
+      if constexpr (ATTENTION_PREFILL_EARLY_RESCALE) rescale_o();
       mbar_wait(v_full(last), (it / kStages) & 1);
       fence_registers(pf);
       fence_registers(o);
