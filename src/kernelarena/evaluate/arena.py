@@ -9,6 +9,7 @@ the sandbox has mapped it. What the judge keeps private is allocated the ordinar
 
 from __future__ import annotations
 
+import gc
 import shutil
 import tempfile
 from multiprocessing.reduction import ForkingPickler
@@ -91,14 +92,26 @@ class Arena:
 
     def _new_chunk(self, size: int) -> tuple[torch.Tensor, tuple[Any, ...]]:
         if self._pool is not None:
-            with torch.cuda.use_mem_pool(self._pool):
-                buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+            try:
+                buffer = self._pool_buffer(size)
+            except torch.OutOfMemoryError:
+                # Memory the caching allocator keeps for other sizes (the reference's float32
+                # temporaries of earlier workloads: 37 GiB of an H100's 80 once, when an 8 GiB
+                # KV cache came next) is given back to the device, then the set is tried again.
+                gc.collect()
+                torch.cuda.empty_cache()
+                buffer = self._pool_buffer(size)
             return buffer, ("cuda", bytes(ForkingPickler.dumps(buffer)))
         path = self.folder / f"chunk{len(self._chunks)}"
         with open(path, "wb") as handle:
             handle.truncate(size)
         buffer = torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
         return buffer, ("file", str(path), size)
+
+    def _pool_buffer(self, size: int) -> torch.Tensor:
+        assert self._pool is not None
+        with torch.cuda.use_mem_pool(self._pool):
+            return torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def close(self) -> None:
         self._chunks.clear()
