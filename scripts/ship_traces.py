@@ -5,6 +5,7 @@
     # here, with that dataset folder unpacked (the stage packs it as traces.tgz):
     python scripts/ship_traces.py /tmp/ka-dataset
     pytest tests/library/test_shipped_traces.py       # every shipped trace is current
+    python scripts/ship_traces.py --drop-stale        # or drop what no GPU run re-measured
 
 Only PASSED traces of performance workloads ship: dispatch admits nothing else. A shipped trace of
 the same hardware, solution and workload as a new one is replaced, so re-measuring some solutions on
@@ -54,15 +55,55 @@ def merge(dataset: Path, shipped: Path = SHIPPED) -> dict[str, int]:
     return counts
 
 
+def drop_stale(shipped: Path = SHIPPED) -> dict[str, int]:
+    """Remove the shipped lines whose hashes are not today's definition, solution and workload
+    (dispatch ignores them anyway); returns lines dropped per file."""
+    from kernelarena.data import TraceHashes
+    from kernelarena.library import load_library
+
+    library = load_library()
+    workloads = {w.uuid: w for listed in library.workloads.values() for w in listed}
+    dropped: dict[str, int] = {}
+    for target in sorted(shipped.rglob("*.jsonl")):
+        kept, gone = [], 0
+        for line in target.read_text().splitlines():
+            if not line.strip():
+                continue
+            trace = json.loads(line)
+            definition = library.definitions.get(trace.get("definition", ""))
+            solution = library.solutions.get(trace.get("solution") or "")
+            workload = workloads.get(trace["workload"]["uuid"])
+            current = (
+                definition is not None
+                and solution is not None
+                and workload is not None
+                and trace.get("hashes")
+                == TraceHashes.of(definition, solution, workload).model_dump()
+            )
+            if current:
+                kept.append(line)
+            else:
+                gone += 1
+        if gone:
+            target.write_text("".join(line + "\n" for line in kept))
+            dropped[str(target.relative_to(shipped))] = gone
+    return dropped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path, help="the dataset folder a GPU run wrote")
+    parser.add_argument("dataset", type=Path, nargs="?", help="the dataset folder a GPU run wrote")
     parser.add_argument("--shipped", type=Path, default=SHIPPED, help="library/traces folder")
+    parser.add_argument("--drop-stale", action="store_true", help="drop lines of changed code")
     arguments = parser.parse_args()
-    counts = merge(arguments.dataset, arguments.shipped)
-    for name, count in counts.items():
-        print(f"{name}: {count} traces shipped")
-    print(f"{sum(counts.values())} traces in {len(counts)} files")
+    if arguments.dataset is not None:
+        counts = merge(arguments.dataset, arguments.shipped)
+        for name, count in counts.items():
+            print(f"{name}: {count} traces shipped")
+        print(f"{sum(counts.values())} traces in {len(counts)} files")
+    if arguments.drop_stale:
+        for name, count in drop_stale(arguments.shipped).items():
+            print(f"{name}: {count} stale traces dropped")
 
 
 if __name__ == "__main__":
