@@ -76,14 +76,16 @@ def load_file(relative: str, name: str):
 # -- jit -------------------------------------------------------------------------------------------
 
 
-# Build groups, in the order their follow-ups run: (group, kind, head_dim, ninja jobs).
+# Build groups, in the order their follow-ups run: (group, kind, head_dim, ninja jobs, dtype).
 GROUPS = [
-    ("decode128", "decode", 128, 3),
-    ("decode64", "decode", 64, 2),
-    ("single128", "single", 128, 6),
-    ("batch128", "batch", 128, 10),
-    ("single64", "single", 64, 6),
-    ("batch64", "batch", 64, 10),
+    ("decode128", "decode", 128, 3, "bf16"),
+    ("decode64", "decode", 64, 2, "bf16"),
+    ("single128", "single", 128, 6, "bf16"),
+    ("batch128", "batch", 128, 10, "bf16"),
+    ("single64", "single", 64, 6, "bf16"),
+    ("batch64", "batch", 64, 10, "bf16"),
+    ("decode128fp16", "decode", 128, 3, "fp16"),
+    ("single128fp16", "single", 128, 8, "fp16"),
 ]
 # What a group's module lets the probe do once compiled: (phase, argument) in order.
 FOLLOW_UPS = {
@@ -93,6 +95,8 @@ FOLLOW_UPS = {
     "batch128": [("check", "attention_prefill_varlen:128"), ("time", "varlen,decode_tc")],
     "single64": [("check", "attention_prefill:64"), ("time", "prefill64")],
     "batch64": [("check", "attention_prefill_varlen:64")],
+    "decode128fp16": [("check", "attention_decode:128:fp16")],
+    "single128fp16": [("check", "attention_prefill:128:fp16")],
 }
 
 
@@ -122,8 +126,8 @@ def compiled(kind, suffix, head_dim):
 
 def phase_build(dtypes, group):
     """One module's nvcc build through its ninja file, each finished step timed (stdout)."""
-    _, kind, head_dim, jobs = next(g for g in GROUPS if g[0] == group)
-    spec = module_spec(kind, dtypes[0], head_dim)
+    _, kind, head_dim, jobs, suffix = next(g for g in GROUPS if g[0] == group)
+    spec = module_spec(kind, suffix, head_dim)
     record = {"group": group, "module": spec.name, "cached": spec.is_compiled, "aot": spec.is_aot}
     if spec.is_aot:  # shipped prebuilt (FlashInfer's AOT folder): nothing to compile
         loading = time.perf_counter()
@@ -164,7 +168,7 @@ def phase_build(dtypes, group):
 
 
 def phase_check(dtypes, target):
-    """``target``: "operator:head_dim" (only the workloads whose kernels are compiled)."""
+    """``target``: "operator:head_dim[:dtype]" (only workloads whose kernels are compiled)."""
     import torch
 
     from kernelarena.evaluate.compare import compare, inputs_unchanged
@@ -179,7 +183,8 @@ def phase_check(dtypes, target):
     library = load_library()
     device = torch.device("cuda")
     records = []
-    chosen, head_dim = target.split(":")
+    chosen, head_dim, *dtype = target.split(":")
+    dtypes = dtype or dtypes
     for operator, path in PEERS.items():
         if operator != chosen:
             continue
