@@ -262,6 +262,43 @@ def test_decode_splits(splits: int, combine: str, device: torch.device) -> None:
         assert int(counters.abs().sum()) == 0, "a fused merge left a counter set"
 
 
+@pytest.mark.gpu
+def test_decode_fused_merge_on_two_streams_and_in_a_graph() -> None:
+    """The fused merge's counters: one buffer per stream (calls on two streams never share one),
+    and a CUDA graph gets its own, zeroed inside the graph, leaving the cached ones as they were
+    (a cached buffer baked into a graph would be freed under it once a larger one replaced it)."""
+    device, name = "cuda:0", "attention_decode_bf16"
+    module = sys.modules[runnable(name, "triton", device).fn.__module__]
+    fused = functools.partial(launcher(name, device), num_splits=4, config={"combine": "fused"})
+    workload = next(
+        w for w in load_library().workloads_for(name, tags=("smoke",)) if w.axes["batch"] > 1
+    )
+    side = torch.cuda.Stream()
+
+    def on_side_stream(*arguments):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fused(*arguments)
+        torch.cuda.current_stream().wait_stream(side)
+
+    def in_a_graph(*arguments):
+        cached = {key: held.data_ptr() for key, held in module._COUNTERS.items()}
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fused(*arguments)
+        assert {key: held.data_ptr() for key, held in module._COUNTERS.items()} == cached
+        for _ in range(3):  # each replay zeroes its counters before the splits count on them
+            graph.replay()
+        torch.cuda.synchronize()
+
+    check(name, workload, device, call=fused, salt="default stream")
+    check(name, workload, device, call=on_side_stream, salt="side stream")
+    check(name, workload, device, call=in_a_graph, salt="graph")
+    assert len({stream for _, stream in module._COUNTERS}) >= 2
+    for held in module._COUNTERS.values():
+        assert int(held.abs().sum()) == 0, "a fused merge left a counter set"
+
+
 def test_decode_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """The split counts a 132-SM GPU gets (what scripts/probe_decode.py measured best on an H100):
     one program an SM while batch x KV heads fit the SMs, ~12 an SM beyond; never more splits

@@ -16,10 +16,9 @@ goal is every byte of K and V read once, with enough loads in flight to saturate
   (sequence, query head) either by a second kernel (``combine="kernel"``) or, saving that launch,
   by the last split of each (sequence, KV head) to finish (``combine="fused"``, the default where
   one block of 64 values holds every split of the group's heads): a gpu-scope ticket counter per
-  (sequence, KV head) in a zeroed buffer kept by this module, which that last split sets back to
-  0. Calls on one device must therefore be stream-ordered (one stream, graph replays in order),
-  as with a workspace; a graph captured before any eager call uses the combine kernel. With one
-  split the first kernel writes the final output itself.
+  (sequence, KV head) in a zeroed buffer this module keeps per stream (calls on one stream run in
+  order), which that last split sets back to 0; a CUDA graph gets a buffer of its own, zeroed in
+  the graph. With one split the first kernel writes the final output itself.
 - K/V loads are masked pointer loads, software-pipelined by ``num_stages`` (cp.async on sm_80+).
 - ``pdl``: programmatic dependent launch (sm_90, on by default there): each kernel may launch
   while the one before it in the stream finishes, and waits (``griddepcontrol.wait``) before its
@@ -38,7 +37,7 @@ import triton.language as tl
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # a constexpr: kernels may read it
 _SM_COUNT: dict[int, int] = {}
-_COUNTERS: dict[int, torch.Tensor] = {}
+_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 _PDL: dict[int, bool] = {}
 
 
@@ -279,19 +278,20 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[index]
 
 
-def _counters(device: torch.device, count: int) -> torch.Tensor | None:
-    """The fused merge's zeroed counters, at least ``count``; None while a graph is being captured
-    and the buffer is too small (an allocation there would come from the graph's private pool)."""
-    key = device.index if device.index is not None else -1
+def _counters(device: torch.device, count: int) -> torch.Tensor:
+    """The fused merge's zeroed counters, at least ``count``. One buffer per stream, so that calls
+    on two streams of a device never share a counter; calls on one stream run in order, and each
+    leaves its counters at 0. Inside CUDA graph capture, a buffer of the graph's own (its zeroing
+    is captured too and it lives as long as the graph): a cached buffer baked into a graph would
+    be freed under it when a larger one replaced it."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.zeros(max(count, 1), dtype=torch.int32, device=device)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device.index if device.index is not None else -1, stream)
     held = _COUNTERS.get(key)
     if held is None or held.numel() < count:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        held = torch.zeros(
-            max(count, 2 * (0 if held is None else held.numel()), 1024),
-            dtype=torch.int32,
-            device=device,
-        )
+        size = max(count, 2 * (0 if held is None else held.numel()), 1024)
+        held = torch.zeros(size, dtype=torch.int32, device=device)
         _COUNTERS[key] = held
     return held
 
@@ -378,10 +378,8 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
     single = num_splits == 1
     on_gpu = q.is_cuda
     pdl = bool(config["pdl"]) and on_gpu
-    counters = None
-    if not single and config["combine"] == "fused":
-        counters = _counters(q.device, batch * kv_heads)
-    fused = counters is not None
+    fused = not single and config["combine"] == "fused"
+    counters = _counters(q.device, batch * kv_heads) if fused else None
     if single:
         part_o = part_lse = o  # unused
     else:
