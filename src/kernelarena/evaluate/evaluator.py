@@ -5,8 +5,8 @@ The solution runs in a sandbox process (``sandbox``); this process draws the inp
 cannot reach them, compares, and writes the trace. Correct before fast: ``trials`` draws of fresh
 inputs, outputs poisoned before every call, every output against the reference within tolerance,
 inputs not aliased by an output unchanged. Then the sandbox times the solution, and the judge checks
-the claim (``timing_check``): it refills every timed input set in place with new values, times an
-eager pass over them with its own clock, checks every output again (a solution that caches results
+the claim (``timing_check``): it times eager loops over the timed input sets with its own clock,
+refills sets drawn at random in place with new values, checks every output again (a solution that caches results
 by address, or leaves work running after it returns, fails here), and compares the reported time
 with its own figures and with physics (``crosscheck``).
 """

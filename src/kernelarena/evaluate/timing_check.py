@@ -2,11 +2,11 @@
 
 The sandbox times the call the way ``docs/evaluation.md`` describes (a probe decides between CUDA
 graph replays over input sets rotated through twice the L2, and CUDA events with the L2 flushed), and
-sends its samples. The judge then refills every timed set in place with new values, poisons the
-outputs, and times one eager pass over all of them with its own clock around the sandbox's device
-synchronization. Every output must be complete the moment the pass returns (work left on another
-stream shows as poison) and the sets it draws at random must match the reference (results cached by
-address fail). For graph timing it also times replays of the sandbox's own graph. ``crosscheck``
+sends its samples. The judge times eager loops over the timed sets with its own clock around the
+sandbox's device synchronization, then poisons every set's outputs, refills the sets it draws at
+random in place with new values, and calls each set once. Every output must be complete the moment
+the pass returns (work left on another stream shows as poison) and the refilled sets must match the
+reference (results cached by address fail). For graph timing it also times replays of the sandbox's own graph. ``crosscheck``
 then decides whether the reported samples can be true. The reference is timed here, in the judge,
 with the sandbox stopped.
 """
@@ -51,7 +51,8 @@ REFERENCE_GRAPH_BUDGET_MS = 20.0
 SAMPLED_SETS = 4
 # The judge's replays of a graph run at least this long, so one synchronization is noise.
 REPLAY_SPAN_MS = 2.0
-# At most this many rounds over the timed sets in the judge's eager loop (a cap for false claims).
+# At most this many rounds over the timed sets in the judge's eager loop (a call of a microsecond
+# would otherwise loop many thousands of times to last REPLAY_SPAN_MS).
 EAGER_ROUNDS = 200
 # The judge's clocks keep the fastest of this many batches.
 CLOCK_BATCHES = 3
