@@ -21,6 +21,7 @@ _IMPORT_NAMES = {
     "liger-kernel": "liger_kernel",
     "apache-tvm-ffi": "tvm_ffi",
     "flash-attn": "flash_attn",
+    "flashinfer-python": "flashinfer",
 }
 
 
