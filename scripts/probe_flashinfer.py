@@ -29,6 +29,15 @@ runs each group's phases as soon as its module is there, one phase at a time, al
 Prints a table last; with $OUT set, writes $OUT/probe_flashinfer.json after every step.
 
     export CUDA_HOME=/usr/local/cuda; python3 scripts/probe_flashinfer.py --budget 270
+
+On the lent GPU machine (no internet; 300 s a call), with the wheels and the prebuilt bf16 modules
+of ``scripts/flashinfer_wheels.sh --prebuild`` carried (.whl, .whl-flashinfer, .fi-aot):
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl .whl-flashinfer/*.whl && export PYTHONPATH=$PWD/src:/tmp/site \
+      PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda || exit 1; mkdir -p /tmp/site/flashinfer/data/aot \
+      && cp -r .fi-aot/* /tmp/site/flashinfer/data/aot/; python3 scripts/probe_flashinfer.py \
+      --budget 266 --groups decode128,single128,batch128,decode64,single64,batch64,single128fp16
 """
 
 from __future__ import annotations

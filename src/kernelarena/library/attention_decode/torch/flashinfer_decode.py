@@ -19,7 +19,9 @@ reading the definition's cache [batch, kv_heads, max_seq, dim] in place, as a pa
   the lengths, page layout or sm_scale differ from the previous call's, as an engine plans once
   per step and runs every layer on it. So a call costs one small copy and sync, one decode launch
   (plus its merge kernel when it splits) and one element-wise kernel for lse. FlashInfer compiles
-  each kernel with nvcc on first use (cached under ``~/.cache/flashinfer``).
+  each kernel with nvcc on first use (cached under ``~/.cache/flashinfer``; about a minute on 2
+  cores for this one, minutes for the FA3 tensor-core path: build them ahead with
+  ``scripts/flashinfer_wheels.sh --prebuild`` or one call outside the engine).
 """
 
 import math

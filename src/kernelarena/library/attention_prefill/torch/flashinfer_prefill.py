@@ -19,6 +19,10 @@ FlashInfer's FA3 (Hopper, sm_90a) backend where FlashInfer offers it and its FA2
   ``get_single_prefill_module`` (what ``single_prefill_with_kv_cache`` calls after allocating its
   outputs), called with the outputs' views; where this FlashInfer's signature differs, the public
   ``single_prefill_with_kv_cache`` is used and its outputs copied.
+- First use: FlashInfer's nvcc build of its FA3 module takes minutes (2.5-6 min on 2 cores per
+  head_dim and dtype), more than the engine's per-job limit allows on a slow host; build them
+  ahead (``scripts/flashinfer_wheels.sh --prebuild``, or run one call outside the engine) so that
+  ``kernelarena run`` finds them cached or in FlashInfer's AOT folder.
 """
 
 import math
