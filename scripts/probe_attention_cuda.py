@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import dataclasses
 import datetime
 import functools
 import importlib.util
@@ -69,32 +68,12 @@ def axes_of(shape):
 
 
 def cuda_solution(suffix: str):
-    """The CUDA solution of attention_prefill_<suffix>: the registered one, else one made from a
-    spec beside the registered ones (so the probe runs before registration)."""
-    from kernelarena.library._spec import SolutionSpec
+    """The library's CUDA solution of attention_prefill_<suffix>."""
     from kernelarena.library.attention_prefill import OPERATOR
 
-    spec = OPERATOR
-    if not any(s.name == "cuda" for s in OPERATOR.solutions):
-        spec = dataclasses.replace(
-            OPERATOR,
-            solutions=(
-                SolutionSpec(
-                    "cuda",
-                    "cuda",
-                    "cuda/attention_prefill.cu::run",
-                    extra_files=(
-                        "cuda/attention_prefill_ptx.cuh",
-                        "cuda/attention_prefill_sm90.cuh",
-                        "cuda/attention_prefill_simple.cuh",
-                    ),
-                    targets=("sm_90a",),
-                ),
-            ),
-        )
-    variant = next(v for v in spec.variants if v.suffix == suffix)
-    definition = next(d for d in spec.definitions() if d.name == f"attention_prefill_{suffix}")
-    solution = next(s for s in spec.solutions_for(variant) if s.name.endswith("_cuda"))
+    variant = next(v for v in OPERATOR.variants if v.suffix == suffix)
+    definition = next(d for d in OPERATOR.definitions() if d.name == f"attention_prefill_{suffix}")
+    solution = next(s for s in OPERATOR.solutions_for(variant) if s.name.endswith("_cuda"))
     return definition, solution
 
 

@@ -15,7 +15,6 @@ The solution is built from its spec whether or not the library registers it yet.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import subprocess
@@ -26,49 +25,25 @@ import torch
 
 from kernelarena.build import Runnable, build_solution
 from kernelarena.data import Definition, Solution, Workload
-from kernelarena.library._spec import SolutionSpec
 from kernelarena.library.attention_prefill import OPERATOR
 
 from .test_attention import check, workloads
 
 DTYPES = ("fp16", "bf16")
-SPEC = SolutionSpec(
-    "cuda",
-    "cuda",
-    "cuda/attention_prefill.cu::run",
-    extra_files=(
-        "cuda/attention_prefill_ptx.cuh",
-        "cuda/attention_prefill_sm90.cuh",
-        "cuda/attention_prefill_simple.cuh",
-    ),
-    targets=("sm_90a",),
-)
 
 
 @functools.cache
 def solution(suffix: str) -> tuple[Definition, Solution]:
-    """The registered CUDA solution, else one made from ``SPEC``."""
-    spec = OPERATOR
-    if not any(s.name == "cuda" for s in OPERATOR.solutions):
-        spec = dataclasses.replace(OPERATOR, solutions=(SPEC,))
-    variant = next(v for v in spec.variants if v.suffix == suffix)
-    definition = next(d for d in spec.definitions() if d.name == f"attention_prefill_{suffix}")
-    found = next(s for s in spec.solutions_for(variant) if s.name.endswith("_cuda"))
+    """The library's CUDA solution of attention_prefill_<suffix>."""
+    variant = next(v for v in OPERATOR.variants if v.suffix == suffix)
+    definition = next(d for d in OPERATOR.definitions() if d.name == f"attention_prefill_{suffix}")
+    found = next(s for s in OPERATOR.solutions_for(variant) if s.name.endswith("_cuda"))
     return definition, found
 
 
 @functools.cache
 def built(suffix: str, device: str) -> Runnable:
     return build_solution(*solution(suffix), device)
-
-
-def test_spec_matches_registration() -> None:
-    """Once registered, the library's entry names the same files as the spec tested here."""
-    registered = [s for s in OPERATOR.solutions if s.name == "cuda"]
-    if registered:
-        assert registered[0].entry == SPEC.entry
-        assert set(registered[0].extra_files) == set(SPEC.extra_files)
-        assert registered[0].targets == SPEC.targets
 
 
 def _cuobjdump() -> Path | None:
