@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -86,6 +88,24 @@ def environment(device: torch.device) -> dict[str, Any]:
         )
     else:
         info["device"] = platform.processor() or "cpu"
+    return info
+
+
+def toolchain() -> dict[str, str]:
+    """nvcc's version line and nvidia-smi's view of the GPU (driver, top SM clock, power limit),
+    where they run: what a probe's log needs beside ``environment``."""
+    info: dict[str, str] = {}
+    try:
+        nvcc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
+        version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True)
+        info["nvcc"] = version.stdout.strip().splitlines()[-1]
+        query = "--query-gpu=name,driver_version,clocks.max.sm,power.limit"
+        smi = subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader"], capture_output=True, text=True
+        )
+        info["nvidia_smi"] = smi.stdout.strip()
+    except (OSError, IndexError):
+        pass
     return info
 
 

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks.harness
+
 PHASE_LIMITS = {"check": 140, "time": 130}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
@@ -338,6 +340,7 @@ def phase_time():
 
 def environment():
     import torch
+    from benchmarks.harness import toolchain
 
     info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     info["torch"] = torch.__version__
@@ -350,25 +353,7 @@ def environment():
         pass
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
-    try:
-        nvcc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
-        info["nvcc"] = (
-            subprocess.run([str(nvcc), "--version"], capture_output=True, text=True)
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        smi = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,driver_version,clocks.max.sm,power.limit",
-                "--format=csv,noheader",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        info["nvidia_smi"] = smi.stdout.strip()
-    except (OSError, IndexError):
-        pass
+    info.update(toolchain())
     return info
 
 

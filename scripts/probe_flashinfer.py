@@ -53,6 +53,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks.harness
+
 LIBRARY = Path(__file__).resolve().parents[1] / "src" / "kernelarena" / "library"
 PEERS = {
     "attention_prefill": "attention_prefill/torch/flashinfer_prefill.py",
@@ -484,6 +486,7 @@ def phase_time(dtypes, parts):
 
 def environment():
     import torch
+    from benchmarks.harness import toolchain
 
     info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     info["python"] = sys.version.split()[0]
@@ -496,25 +499,7 @@ def environment():
             info[package] = f"not importable: {type(error).__name__}: {error}"[:300]
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
-    try:
-        nvcc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
-        info["nvcc"] = (
-            subprocess.run([str(nvcc), "--version"], capture_output=True, text=True)
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        smi = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,driver_version,clocks.max.sm,power.limit",
-                "--format=csv,noheader",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        info["nvidia_smi"] = smi.stdout.strip()
-    except (OSError, IndexError):
-        pass
+    info.update(toolchain())
     return info
 
 
