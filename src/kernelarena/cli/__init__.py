@@ -1,0 +1,22 @@
+"""The ``kernelarena`` command: thin, it calls the stages (data, evaluate, dispatch, report).
+
+The stages are imported inside the commands: ``run`` starts its workers (seconds to import torch)
+before this process builds the schemas (kernelarena.data, 0.25 s) and loads the datasets. One
+module per group of commands; each registers its commands on ``app`` when imported.
+"""
+
+from __future__ import annotations
+
+from kernelarena.evaluate.bytecode import keep_bytecode_here
+
+keep_bytecode_here()  # before the imports below, which it speeds up where no bytecode is kept
+
+from kernelarena.cli import datasets, dispatch, report, run, tune  # noqa: E402, F401
+from kernelarena.cli.common import app  # noqa: E402
+from kernelarena.cli.run import _selection  # noqa: E402
+
+__all__ = ["_selection", "app", "main"]
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,5 @@
+"""``python -m kernelarena.cli``: the command."""
+
+from kernelarena.cli import main
+
+main()

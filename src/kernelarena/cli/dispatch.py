@@ -1,0 +1,91 @@
+"""Dispatch tables and ahead-of-time builds (kernelarena.dispatch): ``dispatch show``, ``build``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from kernelarena.cli.common import DatasetOption, app, console, dispatch_app, errors
+
+
+@dispatch_app.command("show")
+def dispatch_show(
+    name: Annotated[str, typer.Argument(help="a definition, family or op_type")],
+    hardware: Annotated[
+        Optional[str],
+        typer.Option(help="hardware model (default: every model with traces, and this GPU)"),
+    ] = None,
+    dataset: DatasetOption = None,
+) -> None:
+    """Print the apply table: per shape key the winner, its eager and GPU times, the margin, how it
+    won, the winner inside CUDA graph capture, and whose traces decide (own or borrowed)."""
+    import torch
+
+    from kernelarena.datasets import load_default
+    from kernelarena.dispatch.aot import measured_hardware, tables_for
+    from kernelarena.evaluate.environment import hardware_name
+    from kernelarena.evaluate.runner import PlanError, select_definitions
+    from kernelarena.report.dispatch import table_view
+
+    combined, _ = load_default(dataset)
+    try:
+        definitions = select_definitions(combined, [name])
+    except PlanError as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    here = hardware_name(torch.device(device))
+    for definition in sorted(definitions, key=lambda d: d.name):
+        models = [hardware] if hardware else measured_hardware(combined, definition)
+        if not hardware and (device != "cpu" or not models) and here not in models:
+            models.append(here)  # this GPU, measured or not: what apply does here
+        for model in models:
+            console.print(table_view(*tables_for(combined, definition, model, device)))
+
+
+@app.command("build")
+def build_command(
+    names: Annotated[
+        Optional[list[str]], typer.Argument(help="definitions, families or op_types (default: all)")
+    ] = None,
+    winners: Annotated[
+        bool, typer.Option("--winners", help="only the solutions apply tables can choose")
+    ] = False,
+    hardware: Annotated[
+        Optional[list[str]],
+        typer.Option(help="hardware model(s) whose winners to build (default: this GPU, else all)"),
+    ] = None,
+    warm: Annotated[
+        bool, typer.Option(help="with a GPU: call each winner once to fill the JIT caches")
+    ] = True,
+    dataset: DatasetOption = None,
+) -> None:
+    """Build solutions into the build cache ahead of time (CUDA compiles for sm_90a without a GPU)."""
+    from rich.table import Table
+
+    from kernelarena.datasets import load_default
+    from kernelarena.dispatch.aot import build_winners
+    from kernelarena.evaluate.runner import PlanError, select_definitions
+
+    combined, _ = load_default(dataset)
+    try:
+        definitions = select_definitions(combined, names)
+    except PlanError as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
+    results = build_winners(combined, definitions, hardware, only_winners=winners, warm=warm)
+    view = Table(title="ahead-of-time builds")
+    for column in ("definition", "solution", "hardware", "status", "detail"):
+        view.add_column(column)
+    for built in results:
+        solution = built.solution.removeprefix(built.definition + "_")
+        view.add_row(built.definition, solution, built.hardware, built.status, built.detail)
+    console.print(view)
+    failed = [b for b in results if b.status == "failed"]
+    console.print(
+        f"{len(results) - len(failed)} built or skipped, {len(failed)} failed"
+        + ("" if results else " (no traces: nothing has won yet; run 'kernelarena run' first)")
+    )
+    if failed:
+        raise typer.Exit(1)
