@@ -137,3 +137,25 @@ def test_our_library_loads_in_flashinfer_bench(tmp_path: Path) -> None:
     )
     for name, definition in theirs.definitions.items():
         assert list(definition.inputs) == list(ours.definitions[name].inputs)
+
+
+def test_an_append_after_a_torn_last_line_drops_it_and_keeps_a_complete_one(
+    tmp_path: Path,
+) -> None:
+    """A kill in the middle of a trace's write leaves its line torn: the next append (a resumed
+    run) removes it, since it recorded nothing and its job runs again. A complete last line
+    without its newline (a file edited by hand) is kept."""
+    from kernelarena.data import Workload
+    from kernelarena.data.dataset import append_line
+
+    first = Workload(uuid="a", axes={"n": 1}, inputs={})
+    second = Workload(uuid="b", axes={"n": 2}, inputs={})
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(first.to_json() + "\n" + second.to_json()[:17])
+    append_line(torn, second)
+    assert torn.read_text().splitlines() == [first.to_json(), second.to_json()]
+
+    unended = tmp_path / "unended.jsonl"
+    unended.write_text(first.to_json())
+    append_line(unended, second)
+    assert unended.read_text().splitlines() == [first.to_json(), second.to_json()]

@@ -385,7 +385,9 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def append_line(path: Path, model: Schema) -> None:
-    """Append one JSON line and make it durable before returning (a kill loses nothing written)."""
+    """Append one JSON line and make it durable before returning (a kill loses nothing written).
+    A last line without its newline is either complete (kept, and ended) or torn by a kill in the
+    middle of its write (removed: it recorded nothing, and ``--resume`` runs its job again)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     line = model.to_json() + "\n"
     with open(path, "a+b") as handle:
@@ -393,7 +395,14 @@ def append_line(path: Path, model: Schema) -> None:
         if handle.tell() > 0:
             handle.seek(-1, os.SEEK_END)
             if handle.read(1) != b"\n":
-                line = "\n" + line  # a line cut short by a kill stays its own (bad) line
+                handle.seek(0)
+                data = handle.read()
+                start = data.rfind(b"\n") + 1
+                try:
+                    json.loads(data[start:])
+                    line = "\n" + line
+                except ValueError:
+                    handle.truncate(start)
         handle.write(line.encode("utf-8"))
         handle.flush()
         os.fsync(handle.fileno())
