@@ -52,13 +52,26 @@ def _needed(environment: dict[str, str]) -> bool:
     return writes_off or not _torch_bytecode_present()
 
 
+def _folder_for(environment: dict[str, str]) -> Path | None:
+    """kernelarena's bytecode folder, made, where ``environment`` keeps no bytecode; else None."""
+    if not _needed(environment):
+        return None
+    folder = bytecode_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
 def with_bytecode(environment: dict[str, str], writes: bool) -> dict[str, str]:
     """``environment`` for a child interpreter: reading, and with ``writes`` writing, bytecode in
     kernelarena's folder where the environment would otherwise compile every import anew. Without
     ``writes`` (sandboxes) the child writes no bytecode anywhere."""
     child = dict(environment)
-    if _needed(environment) and _made(bytecode_folder()):
-        child["PYTHONPYCACHEPREFIX"] = str(bytecode_folder())
+    folder = _folder_for(environment)
+    if folder is not None:
+        child["PYTHONPYCACHEPREFIX"] = str(folder)
         if writes:
             child.pop("PYTHONDONTWRITEBYTECODE", None)
     if not writes:
@@ -70,14 +83,7 @@ def keep_bytecode_here() -> None:
     """The same for this process, from now on: the command line calls it before its own imports
     (typer, rich, pydantic: 0.3 s of compiling on such a machine). Only for kernelarena's own
     processes, which run no solution code; never for a program that imports kernelarena."""
-    if _needed(dict(os.environ)) and _made(bytecode_folder()):
-        sys.pycache_prefix = str(bytecode_folder())
+    folder = _folder_for(dict(os.environ))
+    if folder is not None:
+        sys.pycache_prefix = str(folder)
         sys.dont_write_bytecode = False
-
-
-def _made(folder: Path) -> bool:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return True

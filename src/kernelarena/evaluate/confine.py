@@ -122,19 +122,24 @@ def guard_judge() -> None:
         pass
 
 
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """/proc/PID/stat after the command: [state, ppid, ...] (the command may hold spaces and
+    parentheses); None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
 def _parents() -> dict[int, int]:
     parents = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # "pid (command) state ppid ...": the command may hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and fields[0] != b"Z":
+        fields = _stat_fields(entry.name)
+        if fields is not None and len(fields) > 1 and fields[0] != b"Z":
             parents[int(entry.name)] = int(fields[1])
     return parents
 
@@ -166,13 +171,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return True  # gone
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return not fields or fields[0] == b"Z"
+    fields = _stat_fields(pid)
+    return not fields or fields[0] == b"Z"  # gone, or a zombie
 
 
 def descendants(root: int) -> list[int]:
