@@ -265,8 +265,10 @@ def test_decode_splits(splits: int, combine: str, device: torch.device) -> None:
 @pytest.mark.gpu
 def test_decode_fused_merge_on_two_streams_and_in_a_graph() -> None:
     """The fused merge's counters: one buffer per stream (calls on two streams never share one),
-    and a CUDA graph gets its own, zeroed inside the graph, leaving the cached ones as they were
-    (a cached buffer baked into a graph would be freed under it once a larger one replaced it)."""
+    and each captured call its own counters, leaving the cached ones as they were (a cached buffer
+    baked into a graph would be freed under it once a larger one replaced it): a fresh slice of
+    the zeroed arena, or, past its end, a buffer zeroed inside the graph. Every counter is back
+    at 0 after the replays."""
     device, name = "cuda:0", "attention_decode_bf16"
     module = sys.modules[runnable(name, "triton", device).fn.__module__]
     fused = functools.partial(launcher(name, device), num_splits=4, config={"combine": "fused"})
@@ -286,16 +288,29 @@ def test_decode_fused_merge_on_two_streams_and_in_a_graph() -> None:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fused(*arguments)
+            fused(*arguments)  # a second captured call: counters of its own
         assert {key: held.data_ptr() for key, held in module._COUNTERS.items()} == cached
-        for _ in range(3):  # each replay zeroes its counters before the splits count on them
+        for _ in range(3):
             graph.replay()
         torch.cuda.synchronize()
 
+    def past_the_arena(*arguments):
+        arena = module._GRAPH_ARENAS[0]
+        handed_out = arena[1]
+        arena[1] = arena[0].numel()  # as if every slice were taken: the memset fallback
+        try:
+            in_a_graph(*arguments)
+        finally:
+            arena[1] = handed_out
+
     check(name, workload, device, call=fused, salt="default stream")
     check(name, workload, device, call=on_side_stream, salt="side stream")
+    handed_out = module._GRAPH_ARENAS[0][1]
     check(name, workload, device, call=in_a_graph, salt="graph")
+    assert module._GRAPH_ARENAS[0][1] > handed_out, "a captured call did not take arena counters"
+    check(name, workload, device, call=past_the_arena, salt="graph past the arena")
     assert len({stream for _, stream in module._COUNTERS}) >= 2
-    for held in module._COUNTERS.values():
+    for held in [*module._COUNTERS.values(), module._GRAPH_ARENAS[0][0]]:
         assert int(held.abs().sum()) == 0, "a fused merge left a counter set"
 
 
@@ -324,7 +339,7 @@ def test_decode_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     for (batch, q_heads, kv_heads, max_seq), (splits, combine) in expected.items():
         got, config = module.plan(batch, q_heads, kv_heads, max_seq, 128, gpu)
         assert (got, config["combine"]) == (splits, combine), (batch, q_heads, kv_heads, max_seq)
-        assert config["pdl"] and config["BLOCK_N"] == 64
+        assert config["pdl"] == "graph" and config["BLOCK_N"] == 64
         if batch * kv_heads <= 132:
             assert batch * kv_heads * got <= 132
     splits, config = module.plan(1, 32, 8, 8192, 128, torch.device("cpu"))

@@ -17,12 +17,17 @@ goal is every byte of K and V read once, with enough loads in flight to saturate
   by the last split of each (sequence, KV head) to finish (``combine="fused"``, the default where
   one block of 64 values holds every split of the group's heads): a gpu-scope ticket counter per
   (sequence, KV head) in a zeroed buffer this module keeps per stream (calls on one stream run in
-  order), which that last split sets back to 0; a CUDA graph gets a buffer of its own, zeroed in
-  the graph. With one split the first kernel writes the final output itself.
+  order), which that last split sets back to 0. A call captured in a CUDA graph gets counters of
+  its own, never handed out again: a slice of a zeroed arena allocated outside any capture (no
+  memset node between the graph's kernels, which would break their PDL chain), or, once the arena
+  is used up, a buffer zeroed in the graph. With one split the first kernel writes the final
+  output itself.
 - K/V loads are masked pointer loads, software-pipelined by ``num_stages`` (cp.async on sm_80+).
-- ``pdl``: programmatic dependent launch (sm_90, on by default there): each kernel may launch
-  while the one before it in the stream finishes, and waits (``griddepcontrol.wait``) before its
-  first read, so whatever that kernel wrote (q, the cache) is visible.
+- ``pdl``: programmatic dependent launch (sm_90): each kernel may launch while the one before it
+  in the stream finishes, and waits (``griddepcontrol.wait``) before its first read, so whatever
+  that kernel wrote (q, the cache) is visible. By default (``"graph"``) only for calls captured in
+  a CUDA graph: there it saved 0.3-0.6 us a call, while eager calls with it were no faster and at
+  batch 1 with a 32k cache slower (H100: 99.7 us of wall time a call against 65.0 without).
 - On the CPU interpreter bfloat16 dots widen to float32 first (``DOT_F32``), as in
   ``attention_prefill``: the interpreter multiplies bfloat16 bit patterns
   (triton-lang/triton#11584).
@@ -38,6 +43,8 @@ _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # a constexpr: kernels may read it
 _SM_COUNT: dict[int, int] = {}
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+_GRAPH_ARENA_COUNTERS = 1 << 16  # 256 KB a device: 128 captures of batch 64 x 8 KV heads
+_GRAPH_ARENAS: dict[int, list] = {}  # device index -> [zeroed int32 buffer, counters handed out]
 _PDL: dict[int, bool] = {}
 
 
@@ -278,16 +285,28 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[index]
 
 
-def _counters(device: torch.device, count: int) -> torch.Tensor:
+def _counters(device: torch.device, count: int, capturing: bool) -> torch.Tensor:
     """The fused merge's zeroed counters, at least ``count``. One buffer per stream, so that calls
     on two streams of a device never share a counter; calls on one stream run in order, and each
-    leaves its counters at 0. Inside CUDA graph capture, a buffer of the graph's own (its zeroing
-    is captured too and it lives as long as the graph): a cached buffer baked into a graph would
-    be freed under it when a larger one replaced it."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    leaves its counters at 0. Inside CUDA graph capture, counters no other call or graph is handed
+    (a cached buffer baked into a graph would be freed under it when a larger one replaced it):
+    the next slice of the device's arena, zeroed once at its allocation outside any capture, so
+    the graph holds no memset between its kernels; past the arena's end, a buffer of the graph's
+    own, zeroed in the graph."""
+    index = device.index if device.index is not None else -1
+    if capturing:
+        arena = _GRAPH_ARENAS.get(index)
+        if arena is not None and arena[1] + count <= arena[0].numel():
+            arena[1] += count
+            return arena[0][arena[1] - count : arena[1]]
         return torch.zeros(max(count, 1), dtype=torch.int32, device=device)
+    if device.type == "cuda" and index not in _GRAPH_ARENAS:  # warm-up calls precede a capture
+        _GRAPH_ARENAS[index] = [
+            torch.zeros(_GRAPH_ARENA_COUNTERS, dtype=torch.int32, device=device),
+            0,
+        ]
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device.index if device.index is not None else -1, stream)
+    key = (index, stream)
     held = _COUNTERS.get(key)
     if held is None or held.numel() < count:
         size = max(count, 2 * (0 if held is None else held.numel()), 1024)
@@ -311,7 +330,7 @@ _CPU_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "combine": "kerne
 # faster at any shape; PDL saved 0.3-0.6 us a call; the fused merge 0.1-1.7 us more where it
 # reads every split in one block (batch 4 at 8k: 48.8 us against 50.2), and cost 1-4 us where it
 # loops over three (33 splits).
-_GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "fused", "pdl": True}
+_GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "fused", "pdl": "graph"}
 # Splits when batch x KV heads <= SMs: one program an SM. With equal chunks, all of them run at
 # once and finish together; more programs only add partials (H100: 2 an SM from 0.6% faster to
 # 3.5% slower, and a fractional count of programs an SM, e.g. 3.4, 8-11% slower than a whole one).
@@ -331,7 +350,7 @@ def plan(
     if device.type != "cuda":
         return min(3, max(1, triton.cdiv(max_seq, 16))), dict(_CPU_CONFIG)  # combine runs on CPU
     config = dict(_GPU_CONFIG)
-    config["pdl"] = config["pdl"] and _pdl_supported(device)
+    config["pdl"] = config["pdl"] if _pdl_supported(device) else False
     sms = _sm_count(device)
     items = max(1, batch * kv_heads)
     if items <= sms:
@@ -352,7 +371,7 @@ def run(q, k_cache, v_cache, seq_lens, sm_scale, o, lse):
 
 def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, config=None):
     """``run`` with the split count and ``config`` open: BLOCK_N, num_warps, num_stages, combine
-    ("kernel" or "fused"), pdl (bool); missing keys and ``None`` take ``plan``'s choice. Returns
+    ("kernel" or "fused"), pdl (True, False or "graph": inside CUDA graph capture only); missing keys and ``None`` take ``plan``'s choice. Returns
     the compiled split kernel where Triton hands it back (its registers and shared memory)."""
     batch, q_heads, head_dim = q.shape
     kv_heads, max_seq = k_cache.shape[1], k_cache.shape[2]
@@ -377,9 +396,10 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
     num_splits = max(1, int(num_splits))
     single = num_splits == 1
     on_gpu = q.is_cuda
-    pdl = bool(config["pdl"]) and on_gpu
+    capturing = on_gpu and torch.cuda.is_current_stream_capturing()
+    pdl = on_gpu and (config["pdl"] is True or (config["pdl"] == "graph" and capturing))
     fused = not single and config["combine"] == "fused"
-    counters = _counters(q.device, batch * kv_heads) if fused else None
+    counters = _counters(q.device, batch * kv_heads, capturing) if fused else None
     if single:
         part_o = part_lse = o  # unused
     else:
