@@ -5,7 +5,12 @@ set -uo pipefail
 stage=${1:?stage}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# FlashInfer's wheel and prebuilt Hopper modules where scripts/flashinfer_wheels.sh put them
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .whl/*.whl $(ls .whl-flashinfer/*.whl 2>/dev/null) || exit 1
+if [ -d .fi-aot ] && [ -d /tmp/site/flashinfer ]; then
+  mkdir -p /tmp/site/flashinfer/data/aot && cp -r .fi-aot/* /tmp/site/flashinfer/data/aot/
+fi
 export PYTHONPATH=$PWD/src:$PWD:/tmp/site PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export KERNELARENA_CACHE=/tmp/ka-cache KERNELARENA_DATASET=/tmp/ka-dataset
 log() { echo "== $(date +%T) $*"; }

@@ -120,5 +120,12 @@ OPERATOR = OperatorSpec(
             "torch/sdpa_efficient.py::run",
             description="torch SDPA memory-efficient backend, length mask (aten op with the lse).",
         ),
+        SolutionSpec(
+            "flashinfer",
+            "python",
+            "torch/flashinfer_decode.py::run",
+            dependencies=("flashinfer-python",),
+            description="FlashInfer batch decode, the cache read in place as pages, plan kept.",
+        ),
     ),
 )

@@ -156,5 +156,12 @@ OPERATOR = OperatorSpec(
             "torch/sdpa_efficient.py::run",
             description="torch SDPA, memory-efficient (xFormers) backend (aten op with the lse).",
         ),
+        SolutionSpec(
+            "flashinfer",
+            "python",
+            "torch/flashinfer_prefill.py::run",
+            dependencies=("flashinfer-python",),
+            description="FlashInfer prefill (FA3 on sm_90a, else FA2), one launch per sequence.",
+        ),
     ),
 )

@@ -131,5 +131,12 @@ OPERATOR = OperatorSpec(
             "torch/flash_varlen.py::run",
             description="torch's FlashAttention-2 varlen op (aten._flash_attention_forward).",
         ),
+        SolutionSpec(
+            "flashinfer",
+            "python",
+            "torch/flashinfer_varlen.py::run",
+            dependencies=("flashinfer-python",),
+            description="FlashInfer ragged batch prefill (FA3 on sm_90a, else FA2), plan kept.",
+        ),
     ),
 )

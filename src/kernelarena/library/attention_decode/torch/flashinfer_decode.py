@@ -17,7 +17,9 @@ reading the definition's cache [batch, kv_heads, max_seq, dim] in place, as a pa
   layers. ``plan`` needs the lengths on the host, so each call reads seq_lens back (one
   device-to-host copy); the plan (page table on the device, split-KV schedule) is redone only when
   the lengths, page layout or sm_scale differ from the previous call's, as an engine plans once
-  per step and runs every layer on it. So a call costs one small copy and sync, one decode launch
+  per step and runs every layer on it. Inside CUDA graph capture no copy to the host can be made:
+  the call replays the plan of the last call made outside the capture (the lengths it was made
+  for), as an engine plans each step before it replays that step's graph. So a call costs one small copy and sync, one decode launch
   (plus its merge kernel when it splits) and one element-wise kernel for lse. FlashInfer compiles
   each kernel with nvcc on first use (cached under ``~/.cache/flashinfer``; about a minute on 2
   cores for this one, minutes for the FA3 tensor-core path: build them ahead with
@@ -117,11 +119,6 @@ def run(q, k_cache, v_cache, seq_lens, sm_scale, o, lse):
         lse.fill_(-math.inf)
         return
     _check(q, k_cache, v_cache)
-    lengths = seq_lens.tolist()  # plan() needs them on the host
-    if not any(lengths):
-        o.zero_()
-        lse.fill_(-math.inf)
-        return
     batch_stride, seq_stride = k_cache.stride(0), k_cache.stride(2)
     page = _page_size(max_seq, batch_stride, seq_stride)
     step = batch_stride // (page * seq_stride)  # pages from one sequence to the next
@@ -129,6 +126,22 @@ def run(q, k_cache, v_cache, seq_lens, sm_scale, o, lse):
     key = (q.device, q.dtype, q_heads, kv_heads, head_dim, _TENSOR_CORES, _BACKEND)
     entry = _wrapper(key, q.device)
     wrapper = entry[0]
+    if torch.cuda.is_current_stream_capturing():
+        # No device-to-host copy can be captured: the graph replays the plan of the last call
+        # made outside it, as an engine plans a step before replaying that step's graph.
+        planned = entry[1]
+        if planned is None or planned[1:] != (max_seq, page, step, float(sm_scale)):
+            raise RuntimeError(
+                "flashinfer_decode: inside CUDA graph capture, the plan of an earlier call on "
+                "the same cache and sm_scale is replayed; make one call outside the capture first"
+            )
+        lengths = list(planned[0])
+    else:
+        lengths = seq_lens.tolist()  # plan() needs them on the host
+    if not any(lengths):
+        o.zero_()
+        lse.fill_(-math.inf)
+        return
     plan_key = (tuple(lengths), max_seq, page, step, float(sm_scale))
     if entry[1] != plan_key:
         indptr_host, indices, last = page_table(lengths, page, step, q.device)
