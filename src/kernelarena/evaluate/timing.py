@@ -82,6 +82,14 @@ def l2_flusher(device: torch.device) -> L2Flusher:
     return _flushers[device]
 
 
+def spin_cycles_per_us(device: torch.device) -> float:
+    """SM clock cycles a microsecond at the device's top clock (``torch.cuda._sleep`` counts
+    cycles): a spin asked for N us lasts at least N us at any lower clock."""
+    properties = torch.cuda.get_device_properties(device)
+    khz = getattr(properties, "clock_rate", 0) or 2_000_000  # not in every torch: 2 GHz
+    return khz / 1e3
+
+
 def time_cuda(
     fn: Call,
     device: torch.device,
@@ -91,9 +99,14 @@ def time_cuda(
     min_iterations: int = 5,
     budget_ms: float = 300.0,
     flush_l2: bool = True,
+    lead_us: float = 0.0,
 ) -> Timing:
-    """One event pair around each call; the L2 flush happens outside the pair."""
+    """One event pair around each call; the L2 flush happens outside the pair. With ``lead_us``,
+    a spin kernel of about that long is queued after the flush and before the start event, so
+    that the GPU is still busy while the host prepares the call: the pair then times the call's
+    GPU work, not a host launch longer than its kernels (a torch.compile wrapper's 50-100 us)."""
     flusher = l2_flusher(device) if flush_l2 else None
+    spin_cycles = int(lead_us * spin_cycles_per_us(device)) if lead_us > 0 else 0
     stream = torch.cuda.current_stream(device)
     for i in range(warmup):
         fn(i)
@@ -107,6 +120,8 @@ def time_cuda(
         for _ in range(min(batch, max_iterations - iteration)):
             if flusher is not None:
                 flusher()
+            if spin_cycles:
+                torch.cuda._sleep(spin_cycles)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record(stream)
