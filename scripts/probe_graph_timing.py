@@ -8,10 +8,13 @@ graph), and varied one thing at a time:
   submission of the graph (what is left is the GPU's own time);
 - ``host``: the host's time to submit one replay (``graph.replay()`` returning).
 
-Outputs are poisoned and checked against the float32 reference before timing. Prints a table and
-writes ``$OUT/probe_graph_timing.json``.
+Outputs are poisoned and checked against the float32 reference before timing (``--unchecked``
+times a variant that fails, for experiments that skip work). ``--bench-sets`` also times the
+library's performance workloads with bench_attention's own input sets and timer. Prints a table
+and writes ``$OUT/probe_graph_timing.json``.
 
     python scripts/probe_graph_timing.py [--baseline FILE ...] [--shapes 1x8192,4x8192] [--quick]
+        [--bench-sets] [--unchecked]
 """
 
 from __future__ import annotations
@@ -31,11 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probe_decode import Shape, load_baseline
 
-from kernelarena.evaluate.timing import capture_graph
+from kernelarena.evaluate.timing import capture_graph, spin_cycles_per_us
 from kernelarena.testing import build
 
 REPLAYS = 20
-SPIN_CYCLES_PER_US = 2000  # above any Hopper SM clock: a spin at least as long as asked
 
 
 def time_graph(graph: Any, calls: int, lead_us: float) -> tuple[float, float]:
@@ -44,7 +46,7 @@ def time_graph(graph: Any, calls: int, lead_us: float) -> tuple[float, float]:
     samples, host = [], []
     for _ in range(REPLAYS):
         if lead_us:
-            torch.cuda._sleep(int(lead_us * SPIN_CYCLES_PER_US))
+            torch.cuda._sleep(int(lead_us * spin_cycles_per_us(torch.device("cuda"))))
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record(stream)
