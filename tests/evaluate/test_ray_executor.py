@@ -172,7 +172,11 @@ def test_ray_and_local_executors_give_the_same_traces(executor: RayExecutor) -> 
     assert set(on_ray) == set(on_local) == {j.key for j in jobs}
     differing = {k: (_checks(on_ray[k]), _checks(on_local[k])) for k in on_ray}
     differing = {k: pair for k, pair in differing.items() if pair[0] != pair[1]}
-    assert not differing, differing
+    logs = {  # what each executor's judge said, for a failure's message
+        k: [(t.evaluation.log or "")[-400:] for t in (on_ray[k], on_local[k]) if t.evaluation]
+        for k in differing
+    }
+    assert not differing, (differing, logs)
     for stem, (status, _, phrase) in CPU_CASES.items():
         evaluation = on_ray[(DEFINITION.name, f"vector_scale_{stem}", "n1000")].evaluation
         assert evaluation is not None
