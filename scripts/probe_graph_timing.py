@@ -43,10 +43,11 @@ REPLAYS = 20
 def time_graph(graph: Any, calls: int, lead_us: float) -> tuple[float, float]:
     """(median GPU ms a call, median host ms a submission) over ``REPLAYS`` replays."""
     stream = torch.cuda.current_stream()
+    spin_cycles = int(lead_us * spin_cycles_per_us(torch.device("cuda"))) if lead_us else 0
     samples, host = [], []
     for _ in range(REPLAYS):
-        if lead_us:
-            torch.cuda._sleep(int(lead_us * spin_cycles_per_us(torch.device("cuda"))))
+        if spin_cycles:
+            torch.cuda._sleep(spin_cycles)
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record(stream)
