@@ -150,3 +150,48 @@ def test_gpu_graph_replays_stop_at_their_budget() -> None:
     assert 5 <= budgeted.count < 30, budgeted.count
     tiny = time_cuda_graph(call, device, replays=30, budget_ms=1e-6, min_replays=5)
     assert tiny.count == 5
+
+
+def _second_look(monkeypatch: pytest.MonkeyPatch, first_ms: float, second_ms: float) -> Any:
+    """agreed_clock on a 10 us report, the judge's first clock ``first_ms`` a call and any later
+    one ``second_ms``; returns (clock, note) or the exception raised, and the spans asked for."""
+    from kernelarena.evaluate import timing_check
+    from kernelarena.evaluate.crosscheck import JudgeClock, TimingRejected
+
+    spans: list[float] = []
+
+    def fake_clock(sets: Any, rotated: Any, reported: Any, span: float = 1.0) -> JudgeClock:
+        spans.append(span)
+        return JudgeClock(eager_call_ms=second_ms)
+
+    monkeypatch.setattr(timing_check, "judge_clock", fake_clock)
+    reported = summarize([0.010] * 5, "cpu_clock")
+    try:
+        result: Any = timing_check.agreed_clock(
+            None, [], reported, JudgeClock(eager_call_ms=first_ms), floor_ms=0.0
+        )
+    except TimingRejected as rejected:
+        result = rejected
+    return result, spans
+
+
+def test_a_report_the_first_clock_contradicts_gets_a_longer_second_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (clock, note), spans = _second_look(monkeypatch, first_ms=1.9, second_ms=0.012)
+    assert clock.eager_call_ms == 0.012
+    assert spans == [10.0]
+    assert "a second look agreed" in note and "1900 us" in note
+
+
+def test_a_forged_time_is_rejected_by_the_second_look_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelarena.evaluate.crosscheck import TimingRejected
+
+    rejected, spans = _second_look(monkeypatch, first_ms=1.9, second_ms=1.8)
+    assert isinstance(rejected, TimingRejected) and "1800 us" in str(rejected)
+    assert spans == [10.0]
+
+
+def test_an_agreeing_report_takes_no_second_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    (clock, note), spans = _second_look(monkeypatch, first_ms=0.011, second_ms=5.0)
+    assert clock.eager_call_ms == 0.011 and note == "" and spans == []

@@ -24,6 +24,7 @@ import torch
 from kernelarena.data import Correctness, Performance, ScalarInput, Status
 from kernelarena.evaluate.crosscheck import (
     JudgeClock,
+    TimingRejected,
     check_reported,
     host_bound_note,
     physics_floor_ms,
@@ -33,6 +34,7 @@ from kernelarena.evaluate.inputs import seed_for
 from kernelarena.evaluate.sandboxes import with_sandbox_paused
 from kernelarena.evaluate.shared_sets import (
     CheckFailed,
+    Job,
     SetMaker,
     SharedSet,
     expect_success,
@@ -56,6 +58,8 @@ REPLAY_SPAN_MS = 2.0
 EAGER_ROUNDS = 200
 # The judge's clocks keep the fastest of this many batches.
 CLOCK_BATCHES = 3
+# A report the judge's clock contradicts is measured again over this many times the span.
+SECOND_LOOK_SPAN = 10.0
 
 
 def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, str]:
@@ -77,17 +81,17 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     expect_success(reply)
     reported = reported_timing(reply)
     rotated = timed if reported.mode == "cuda_graph" else timed[:2]
-    eager_ms = eager_clock(sets, rotated)
+    clock = judge_clock(sets, rotated, reported)
     verify_after_timing(sets, rotated)
-    graph_ms = replay_clock(sets, reported.median_ms) if reported.mode == "cuda_graph" else None
-    clock = JudgeClock(eager_call_ms=eager_ms, graph_call_ms=graph_ms)
+    floor = physics_floor_ms(
+        job.definition.cost("bytes_moved", job.axes, _scalars(job)),
+        job.definition.cost("flops", job.axes, _scalars(job)),
+        evaluator.environment.ceilings or {},
+    )
+    clock, second_look = agreed_clock(sets, rotated, reported, clock, floor)
     sets.forget(timed)
     performance = evaluator_performance(sets, evaluator, reported, clock, len(timed))
-    floor = physics_floor_ms(
-        performance.bytes_moved, performance.flops, evaluator.environment.ceilings or {}
-    )
-    check_reported(reported, clock, floor)
-    notes = [host_bound_note(reported, clock)]
+    notes = [second_look, host_bound_note(reported, clock)]
     compiles = reply.get("compiles")
     if isinstance(compiles, int) and compiles > 0:
         performance.compiles_while_timed = compiles
@@ -98,13 +102,45 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     return performance, "\n".join(n for n in notes if n)
 
 
+def _scalars(job: Job) -> dict[str, Any]:
+    return {n: v.value for n, v in job.workload.inputs.items() if isinstance(v, ScalarInput)}
+
+
+def judge_clock(
+    sets: SetMaker, rotated: list[SharedSet], reported: Timing, span: float = 1.0
+) -> JudgeClock:
+    """The judge's figures for a reported timing: an eager pass over the rotated sets, and
+    replays of the sandbox's graph where it timed one; each over ``span`` times the usual time."""
+    eager_ms = eager_clock(sets, rotated, span)
+    graph = reported.mode == "cuda_graph"
+    graph_ms = replay_clock(sets, reported.median_ms, span) if graph else None
+    return JudgeClock(eager_call_ms=eager_ms, graph_call_ms=graph_ms)
+
+
+def agreed_clock(
+    sets: SetMaker, rotated: list[SharedSet], reported: Timing, clock: JudgeClock, floor_ms: float
+) -> tuple[JudgeClock, str]:
+    """The judge's clock the reported timing agrees with (else ``TimingRejected``), and a line for
+    the trace when that took a second look."""
+    try:
+        check_reported(reported, clock, floor_ms)
+        return clock, ""
+    except TimingRejected as first:
+        # Once more over SECOND_LOOK_SPAN times the span: an honest call whose every batch was
+        # preempted (a spare sandbox importing torch on a two-core machine) agrees then, while a
+        # forged time, off by orders of magnitude, is rejected again.
+        clock = judge_clock(sets, rotated, reported, SECOND_LOOK_SPAN)
+        check_reported(reported, clock, floor_ms)
+        return clock, f"a second look agreed, over {SECOND_LOOK_SPAN:g}x the span, after: {first}"
+
+
 def rotation(shared: SharedSet, device: torch.device) -> int:
     """How many input sets fill twice the L2 (at least 2, at most 64)."""
     l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
     return max(2, min(64, -(-2 * l2_bytes // max(shared.bytes, 1))))
 
 
-def eager_clock(sets: SetMaker, timed: list[SharedSet]) -> float:
+def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> float:
     """The judge's clock around eager loops over the timed sets, each long enough
     (``REPLAY_SPAN_MS``, within bounds) that one synchronization and round trip are noise; the
     fastest of ``CLOCK_BATCHES``, so that a loop the scheduler preempted does not count. Ms per
@@ -116,13 +152,13 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet]) -> float:
     def loop(calls: int, batches: int = CLOCK_BATCHES) -> float:
         return _fastest(sets, lambda: sets.sandbox.request("eager", ids, calls, False), batches)
 
-    most = len(ids) * EAGER_ROUNDS
+    most = int(len(ids) * EAGER_ROUNDS * span)
     count = len(ids)
     while count < most:
         wall = loop(count, batches=1)
-        if wall >= REPLAY_SPAN_MS:
+        if wall >= REPLAY_SPAN_MS * span:
             break
-        wanted = count * REPLAY_SPAN_MS / max(wall, 1e-3)
+        wanted = count * REPLAY_SPAN_MS * span / max(wall, 1e-3)
         count = min(most, max(2 * count, -(-int(wanted) // len(ids)) * len(ids)))
     return loop(count) / count
 
@@ -195,7 +231,7 @@ def _check_set(sets: SetMaker, shared: SharedSet, late: bool) -> None:
     raise CheckFailed(Status.INCORRECT_NUMERICAL, log, with_details(Correctness(), comparisons))
 
 
-def replay_clock(sets: SetMaker, reported_ms: float) -> float | None:
+def replay_clock(sets: SetMaker, reported_ms: float, span: float = 1.0) -> float | None:
     """The judge's clock around replays of the sandbox's graph: ms per call."""
     first = sets.sandbox.request("replay", 1)
     expect_success(first)
@@ -203,7 +239,7 @@ def replay_clock(sets: SetMaker, reported_ms: float) -> float | None:
     if not isinstance(calls, int) or calls <= 0:
         return None
     per_replay = max(reported_ms * calls, 1e-4)
-    count = max(1, min(50, int(REPLAY_SPAN_MS / per_replay) + 1))
+    count = max(1, min(int(50 * span), int(REPLAY_SPAN_MS * span / per_replay) + 1))
     return _fastest(sets, lambda: sets.sandbox.request("replay", count)) / (count * calls)
 
 
@@ -218,7 +254,7 @@ def evaluator_performance(
         reference = with_sandbox_paused(sets.sandbox, lambda: time_reference(sets, graph, rotated))
         evaluator.reference_timings[key] = reference
     seconds = reported.median_ms * 1e-3
-    scalars = {n: v.value for n, v in job.workload.inputs.items() if isinstance(v, ScalarInput)}
+    scalars = _scalars(job)
     bytes_moved = job.definition.cost("bytes_moved", job.axes, scalars)
     flops = job.definition.cost("flops", job.axes, scalars)
     ceilings = evaluator.environment.ceilings or {}
