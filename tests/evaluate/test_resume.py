@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernelarena.data import TraceSet
+from kernelarena.evaluate.leftovers import OWNER_FILE
 from tests.evaluate.bad_solutions import DEFINITION, solution, trace_set
 
 SIZES = tuple(range(100, 1700, 100))  # 16 workloads
@@ -41,6 +44,15 @@ def _trace_lines(dataset: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def _owned_by(pid: int) -> list[Path]:
+    found = []
+    for folder in Path(tempfile.gettempdir()).glob("kernelarena-workers-*"):
+        with contextlib.suppress(OSError, IndexError):
+            if (folder / OWNER_FILE).read_text().split()[0] == str(pid):
+                found.append(folder)
+    return found
+
+
 @pytest.mark.timeout(300)
 def test_sigkill_then_resume_runs_every_job_once(tmp_path: Path) -> None:
     dataset = tmp_path / "dataset"
@@ -58,6 +70,8 @@ def test_sigkill_then_resume_runs_every_job_once(tmp_path: Path) -> None:
     deadline = time.monotonic() + 240
     while len(_trace_lines(dataset)) < 5 and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.05)
+    killed_folders = _owned_by(first.pid)
+    assert killed_folders, "the run being killed marked no folder as its own"
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     written = len(_trace_lines(dataset))
@@ -67,6 +81,9 @@ def test_sigkill_then_resume_runs_every_job_once(tmp_path: Path) -> None:
         _command(dataset, "--resume"), env=environment, capture_output=True, text=True, timeout=240
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # The killed run could not remove its folders; the resumed one did (evaluate/leftovers.py).
+    left = [f for f in killed_folders if f.exists()]
+    assert not left, f"folders of the killed run left behind: {left}"
     assert (
         f"{written} already done" in resumed.stdout.replace("\n", " ")
         or "already done" in resumed.stdout

@@ -122,7 +122,7 @@ def guard_judge() -> None:
         pass
 
 
-def _stat_fields(pid: int | str) -> list[bytes] | None:
+def stat_fields(pid: int | str) -> list[bytes] | None:
     """/proc/PID/stat after the command: [state, ppid, ...] (the command may hold spaces and
     parentheses); None when the process is gone."""
     try:
@@ -138,7 +138,7 @@ def _parents() -> dict[int, int]:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(entry.name)
+        fields = stat_fields(entry.name)
         if fields is not None and len(fields) > 1 and fields[0] != b"Z":
             parents[int(entry.name)] = int(fields[1])
     return parents
@@ -171,7 +171,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _zombie(pid: int) -> bool:
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return not fields or fields[0] == b"Z"  # gone, or a zombie
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelarena.evaluate.bytecode import with_bytecode
 from kernelarena.evaluate.jobs import JobResult, Timeouts
+from kernelarena.evaluate.leftovers import mark_owner, sweep
 from kernelarena.evaluate.worker import read_tail
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class LocalExecutor:
         self.timeouts = timeouts or Timeouts()
         self._owns_log_dir = log_dir is None
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kernelarena-workers-"))
+        if self._owns_log_dir:
+            mark_owner(self.log_dir)
         self.measure_ceilings = measure_ceilings
         self._workers: list[_Worker] = []
         self._pending: list[_Worker] = []
@@ -71,6 +74,7 @@ class LocalExecutor:
         """Spawn the workers without waiting for them (they take seconds to import torch)."""
         if not self._workers and not self._pending:
             self._pending = [self._spawn(device) for device in self.devices]
+            sweep()  # what killed runs left behind, while the workers import torch
 
     def start(self) -> list[dict[str, Any]]:
         """Start one worker per device; return each device's environment (hardware, ceilings) and,

@@ -40,6 +40,7 @@ from kernelarena.data import (
     Workload,
 )
 from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
+from kernelarena.evaluate.leftovers import mark_owner
 from kernelarena.evaluate.local import LocalExecutor
 from kernelarena.evaluate.options import Options
 
@@ -115,6 +116,7 @@ class EvaluationHost:
         ray = import_ray()
         if self.blob_dir is None:
             self.blob_dir = Path(tempfile.mkdtemp(prefix="kernelarena-blobs-"))
+            mark_owner(self.blob_dir)
         root = self.blob_dir / hashlib.sha256(str(origin).encode()).hexdigest()[:16]
         for relative, ref in blobs.items():
             target = root / relative
