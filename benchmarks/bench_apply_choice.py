@@ -6,10 +6,10 @@ against each of its solutions called directly, per performance workload, by both
     python benchmarks/bench_apply_choice.py --no-write       # print, write no JSON
 
 Figures, per provider: ``eager``, the wall time per call of a loop of calls (host launch included,
-what apply ranks by outside graph capture): the median of 15 rounds, each as many calls as fill
-about 2 ms (20 to 1000), synchronized at its end; ``gpu``, the shared harness's GPU time (CUDA events
-with the L2 flushed, or CUDA graph replays under 40 us, where apply runs inside capture and so ranks
-by GPU time). Every provider is called value-returning, as ``kernelarena.ops`` is: a
+what apply ranks by outside graph capture): the median of 21 rounds, each as many calls as fill
+about 2 ms (20 to 1000), synchronized at its end, the providers interleaved round by round;
+``gpu``, the shared harness's GPU time (CUDA events with the L2 flushed, or CUDA graph replays
+under 40 us, where apply runs inside capture and so ranks by GPU time). Every provider is called value-returning, as ``kernelarena.ops`` is: a
 destination-passing solution gets outputs allocated per call, as apply allocates them. Inputs rotate
 over as many sets as fill twice the L2 (2 to 16).
 
@@ -50,35 +50,80 @@ from kernelarena.evaluate.runner import select_definitions
 BAR = 1.03
 
 
-def eager_call_ms(fn: Callable[[int], Any], device: torch.device) -> float:
+EAGER_ROUNDS = 21
+
+
+def calls_per_round(fn: Callable[[int], Any], device: torch.device) -> int:
+    """As many calls as fill about 2 ms (20 to 1000), after three warm-up calls."""
     for i in range(3):
         fn(i)
     torch.cuda.synchronize(device)
     began = time.perf_counter()
     fn(0)
     torch.cuda.synchronize(device)
-    calls = max(20, min(1000, int(2e-3 / max(time.perf_counter() - began, 1e-6))))
-    rounds = []
-    for _ in range(15):
-        torch.cuda.synchronize(device)
-        began = time.perf_counter()
-        for i in range(calls):
-            fn(i)
-        torch.cuda.synchronize(device)
-        rounds.append((time.perf_counter() - began) / calls * 1e3)
-    return statistics.median(rounds)
+    return max(20, min(1000, int(2e-3 / max(time.perf_counter() - began, 1e-6))))
+
+
+def round_ms(fn: Callable[[int], Any], calls: int, device: torch.device) -> float:
+    """Wall time per call of ``calls`` calls in a row, synchronized at the end."""
+    torch.cuda.synchronize(device)
+    began = time.perf_counter()
+    for i in range(calls):
+        fn(i)
+    torch.cuda.synchronize(device)
+    return (time.perf_counter() - began) / calls * 1e3
 
 
 def timed_eagerly(found: dict[str, Callable[[int], Any]], device: torch.device) -> dict[str, float]:
-    """Eager per-call times; a provider that raises is reported and dropped from ``found``."""
-    eager = {}
-    for name, fn in list(found.items()):
-        try:
-            eager[name] = eager_call_ms(fn, device)
-        except Exception as error:
-            print(f"  {name}: failed, not timed: {type(error).__name__}: {error}"[:300])
-            del found[name]
-    return eager
+    """Eager per-call times, the median of ``EAGER_ROUNDS`` rounds per provider. The providers are
+    interleaved, each round in an order rotated by one, so that drift of the host (its clock,
+    other processes) falls on all of them alike: timed one after the other, the same solution
+    read 11 and 21 us within a minute on an H100 host. A provider that raises is reported and
+    dropped from ``found``."""
+    calls: dict[str, int] = {}
+    rounds: dict[str, list[float]] = {}
+    for r in range(EAGER_ROUNDS + 1):
+        names = [n for n in found if r == 0 or n in calls]
+        shift = r % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            try:
+                if r == 0:
+                    calls[name] = calls_per_round(found[name], device)
+                    rounds[name] = []
+                else:
+                    rounds[name].append(round_ms(found[name], calls[name], device))
+            except Exception as error:
+                print(f"  {name}: failed, not timed: {type(error).__name__}: {error}"[:300])
+                del found[name]
+                calls.pop(name, None)
+                rounds.pop(name, None)
+    return {name: statistics.median(times) for name, times in rounds.items()}
+
+
+GPU_PASSES = 3
+
+
+def timed_on_gpu(
+    case: harness.Case, found: dict[str, Callable[[int], Any]], ceilings: dict[str, float]
+) -> dict[str, float]:
+    """GPU time per provider: the median of ``GPU_PASSES`` passes of the shared harness, the
+    providers' order rotated by one each pass (a bimodal kernel, as attention prefill is, gave
+    one solution 1873 and 1939 us in passes a minute apart). A provider must time in every pass."""
+    passes: dict[str, list[float]] = {}
+    names = list(found)
+    for index in range(GPU_PASSES):
+        shift = index % len(names)
+        ordered = {n: found[n] for n in names[shift:] + names[:shift]}
+        report = harness.run(
+            "apply_choice_gpu",
+            [(case, lambda ordered=ordered: ordered)],
+            ceilings=ceilings,
+            write=False,
+        )
+        for row in report["rows"]:
+            if row["status"] == "ok":
+                passes.setdefault(row["provider"], []).append(row["median_ms"])
+    return {n: statistics.median(t) for n, t in passes.items() if len(t) == GPU_PASSES}
 
 
 def input_sets(
@@ -171,13 +216,7 @@ def measure(names: list[str] | None, write: bool) -> list[dict[str, Any]]:
                 print("  nothing to compare: apply or every solution failed")
                 continue
             case = harness.Case(label, {"definition": definition.name, **workload.axes})
-            report = harness.run(
-                "apply_choice_gpu",
-                [(case, lambda timed=found: timed)],
-                ceilings=ceilings,
-                write=False,
-            )
-            gpu = {r["provider"]: r["median_ms"] for r in report["rows"] if r["status"] == "ok"}
+            gpu = timed_on_gpu(case, found, ceilings)
             rows.append(_row(runtime, definition, workload, eager, gpu))
             del found, sets
             torch.cuda.empty_cache()
