@@ -39,9 +39,12 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "signals_judge": (Status.RUNTIME_ERROR, True, "PermissionError"),
     "writes_late": NUMERICAL,
 }
+GRAPH_REJECTED = "timing rejected: one replay of the CUDA graph"
 GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     **CPU_ATTACKS,
     "side_stream": (Status.RUNTIME_ERROR, True, ""),
+    "skips_work_in_capture": (Status.RUNTIME_ERROR, True, GRAPH_REJECTED),
+    "skips_work_in_capture_value": (Status.RUNTIME_ERROR, False, GRAPH_REJECTED),
 }
 
 

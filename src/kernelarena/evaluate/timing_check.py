@@ -40,7 +40,12 @@ from kernelarena.evaluate.shared_sets import (
     expect_success,
     with_details,
 )
-from kernelarena.evaluate.timing import Timing, time_cuda_graph, time_events_or_clock
+from kernelarena.evaluate.timing import (
+    Timing,
+    graph_calls,
+    time_cuda_graph,
+    time_events_or_clock,
+)
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.evaluator import Evaluator
@@ -51,6 +56,8 @@ if TYPE_CHECKING:
 REFERENCE_GRAPH_BUDGET_MS = 20.0
 # Sets whose outputs are compared in full after the eager pass; the others are checked for poison.
 SAMPLED_SETS = 4
+# The same after the one replay of the timed graph (each compared set costs a reference run).
+GRAPH_SAMPLED_SETS = 2
 # The judge's replays of a graph run at least this long, so one synchronization is noise.
 REPLAY_SPAN_MS = 2.0
 # At most this many rounds over the timed sets in the judge's eager loop (a call of a microsecond
@@ -83,6 +90,8 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     rotated = timed if reported.mode == "cuda_graph" else timed[:2]
     clock = judge_clock(sets, rotated, reported)
     verify_after_timing(sets, rotated)
+    if reported.mode == "cuda_graph":
+        verify_graph(sets, rotated)
     floor = physics_floor_ms(
         job.definition.cost("bytes_moved", job.axes, _scalars(job)),
         job.definition.cost("flops", job.axes, _scalars(job)),
@@ -183,18 +192,54 @@ def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
     values, call each set once, then check: every output complete the moment the calls returned,
     the sampled sets equal to the reference. (The others keep their values: they are checked for
     completeness only, so new values there would cost draws and prove nothing more.)"""
-    sampled = set(random.sample(range(len(timed)), min(SAMPLED_SETS, len(timed))))
-    for index, shared in enumerate(timed):
+    request = ("eager", [s.id for s in timed], len(timed), True)
+    _verify_pass(sets, timed, list(range(len(timed))), request, compare=True, graph=False)
+
+
+def verify_graph(sets: SetMaker, timed: list[SharedSet]) -> None:
+    """The graph the reported time was measured on must do the work: the same poison and refill,
+    one replay of that graph, the device synchronized, then the same checks. A solution that does
+    nothing while it is being captured (``torch.cuda.is_current_stream_capturing``) times an
+    empty graph, which the judge's replay clock confirms; this catches it. A value-returning
+    solution's results are delivered for the graph's last call only (the set the judge computes
+    here, as the sandbox captured). In-place outputs called more than once per replay change on
+    each call: those sets are checked for completeness, not against the reference. The refill
+    draws values the eager pass did not use, so nothing cached during that pass can match."""
+    calls = graph_calls(len(timed))
+    if sets.job.destination_passing_style:
+        written = list(range(len(timed)))
+    else:
+        written = [(calls - 1) % len(timed)]
+    in_place = any(spec.aliases for spec in sets.job.definition.outputs.values())
+    compare = not in_place or calls == len(timed)
+    _verify_pass(sets, timed, written, ("replay_check",), compare=compare, graph=True)
+
+
+def _verify_pass(
+    sets: SetMaker,
+    timed: list[SharedSet],
+    written: list[int],
+    request: tuple[Any, ...],
+    compare: bool,
+    graph: bool,
+) -> None:
+    """Poison the ``written`` sets, refill the sampled ones (``compare``), send ``request``, and
+    check the outputs the moment it returns."""
+    count = min(GRAPH_SAMPLED_SETS if graph else SAMPLED_SETS, len(written)) if compare else 0
+    sampled = set(random.sample(written, count))
+    for index in written:
         if index in sampled:
-            sets.refill(shared, seed_for(sets.job.workload, f"refresh{index}"), True)
+            label = f"graph_refresh{index}" if graph else f"refresh{index}"
+            sets.refill(timed[index], seed_for(sets.job.workload, label), True)
         else:
-            sets.poison(shared)
+            sets.poison(timed[index])
     if sets.device.type == "cuda":
         torch.cuda.synchronize(sets.device)
-    expect_success(sets.sandbox.request("eager", [s.id for s in timed], len(timed), True))
-    unfinished = _still_poisoned(sets, timed)
+    expect_success(sets.sandbox.request(*request))
+    looked_at = [timed[i] for i in written]
+    unfinished = {written[i] for i in _still_poisoned(sets, looked_at)}
     for index in sorted(sampled | unfinished):
-        _check_set(sets, timed[index], late=index in unfinished)
+        _check_set(sets, timed[index], late=index in unfinished, graph=graph)
 
 
 def _still_poisoned(sets: SetMaker, timed: list[SharedSet]) -> set[int]:
@@ -211,18 +256,26 @@ def _still_poisoned(sets: SetMaker, timed: list[SharedSet]) -> set[int]:
     return {index for (index, _), flagged in zip(flags, values, strict=True) if flagged}
 
 
-def _check_set(sets: SetMaker, shared: SharedSet, late: bool) -> None:
+def _check_set(sets: SetMaker, shared: SharedSet, late: bool, graph: bool) -> None:
     expected = sets.expected(shared)
     comparisons = sets.compare_all(sets.produced(shared), expected)
-    if all(c.ok for c in comparisons):
-        if late:  # NaN at first look, right now: the work finished after the call had returned
+    failed = [c for c in comparisons if not c.ok]
+    if graph and failed:
+        what = "left outputs unwritten" if late else "gave outputs that do not match the reference"
+        raise CheckFailed(
+            Status.RUNTIME_ERROR,
+            f"timing rejected: one replay of the CUDA graph the time was measured on {what}, with "
+            "the inputs refilled in place: the graph does not do the work its calls do (work "
+            "skipped or cached while capturing). " + "; ".join(c.describe() for c in failed),
+        )
+    if not failed:
+        if late and not graph:  # NaN at first look, right now: the work finished after the return
             raise CheckFailed(
                 Status.RUNTIME_ERROR,
                 "outputs were still being written after the call returned: the solution leaves "
                 "work running (e.g. on another stream) that its timing does not count",
             )
         return
-    failed = [c for c in comparisons if not c.ok]
     log = (
         "after the timed runs the inputs were refilled in place with new values and the outputs "
         "no longer match the reference: the solution reuses results across calls (cached by "

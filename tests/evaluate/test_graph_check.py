@@ -1,0 +1,98 @@
+"""The judge's check of the CUDA graph a time was measured on (``timing_check.verify_graph``), with
+a stand-in for the sandbox: the graph's replay writes what its capture recorded. The GPU end of it
+(real capture, real replays) is in test_adversarial's GPU attacks."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from kernelarena.data import DType, Status, Tolerance
+from kernelarena.evaluate.shared_sets import CheckFailed
+from kernelarena.evaluate.timing_check import verify_graph
+
+FACTOR = 1.5
+TOLERANCE = Tolerance(atol=1e-6, rtol=1e-6)
+
+
+class StandIn:
+    """Sets of ``x`` (input) and ``out`` (output) for out = x * FACTOR, and a sandbox whose graph
+    replay does what ``graph`` says: "honest" computes every set (or, value-returning, the
+    graph's last call), "empty" writes nothing, "cached" writes what the sets held at capture."""
+
+    def __init__(self, sets: int, dps: bool, graph: str) -> None:
+        self.device = torch.device("cpu")
+        out = SimpleNamespace(aliases=None, dtype=DType.FLOAT32)
+        definition = SimpleNamespace(outputs={"out": out}, tolerance_for=lambda name: TOLERANCE)
+        self.job = SimpleNamespace(
+            destination_passing_style=dps,
+            definition=definition,
+            workload=SimpleNamespace(uuid="w"),
+        )
+        self.timed = [
+            SimpleNamespace(inputs={"x": torch.randn(64)}, outputs={"out": torch.empty(64)})
+            for _ in range(sets)
+        ]
+        for shared in self.timed:
+            shared.outputs["out"].copy_(shared.inputs["x"] * FACTOR)
+        self.captured = [s.inputs["x"].clone() for s in self.timed]
+        self.graph = graph
+        self.requests: list[tuple[Any, ...]] = []
+        self.sandbox = SimpleNamespace(request=self.request)
+
+    def refill(self, shared: Any, seed: int, keep_private: bool) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        shared.inputs["x"].copy_(torch.randn(64, generator=generator))
+        self.poison(shared)
+
+    def poison(self, shared: Any) -> None:
+        shared.outputs["out"].fill_(float("nan"))
+
+    def request(self, *message: Any) -> dict[str, Any]:
+        self.requests.append(message)
+        assert message == ("replay_check",)
+        calls = max(20, len(self.timed))
+        indices = (
+            range(len(self.timed))
+            if self.job.destination_passing_style
+            else [(calls - 1) % len(self.timed)]
+        )
+        for i in indices:
+            if self.graph == "honest":
+                self.timed[i].outputs["out"].copy_(self.timed[i].inputs["x"] * FACTOR)
+            elif self.graph == "cached":
+                self.timed[i].outputs["out"].copy_(self.captured[i] * FACTOR)
+        return {"ok": True, "calls": calls}
+
+    def expected(self, shared: Any) -> dict[str, torch.Tensor]:
+        return {"out": shared.inputs["x"].double() * FACTOR}
+
+    def produced(self, shared: Any) -> dict[str, torch.Tensor]:
+        return dict(shared.outputs)
+
+    def compare_all(self, produced: Any, expected: Any) -> list[Any]:
+        from kernelarena.evaluate.compare import compare
+
+        return [compare("out", produced["out"], expected["out"], DType.FLOAT32, TOLERANCE)]
+
+
+@pytest.mark.parametrize("dps", [True, False])
+@pytest.mark.parametrize("sets", [3, 24])
+def test_a_graph_that_does_the_work_passes(dps: bool, sets: int) -> None:
+    stand_in = StandIn(sets, dps, "honest")
+    verify_graph(stand_in, stand_in.timed)  # type: ignore[arg-type]
+    assert stand_in.requests == [("replay_check",)]
+
+
+@pytest.mark.parametrize("dps", [True, False])
+@pytest.mark.parametrize("graph", ["empty", "cached"])
+def test_a_graph_that_skips_or_caches_the_work_is_rejected(dps: bool, graph: str) -> None:
+    stand_in = StandIn(5, dps, graph)
+    with pytest.raises(CheckFailed) as failed:
+        verify_graph(stand_in, stand_in.timed)  # type: ignore[arg-type]
+    assert failed.value.status is Status.RUNTIME_ERROR
+    assert "timing rejected: one replay of the CUDA graph" in str(failed.value.log)
+    assert ("unwritten" in failed.value.log) == (graph == "empty")
