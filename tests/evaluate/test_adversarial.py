@@ -38,6 +38,7 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "exits_early": (Status.RUNTIME_ERROR, True, "exited with code 0"),
     "signals_judge": (Status.RUNTIME_ERROR, True, "PermissionError"),
     "writes_late": NUMERICAL,
+    "computes_only_when_poisoned": (Status.INCORRECT_NUMERICAL, True, "already held values"),
 }
 GRAPH_REJECTED = "timing rejected: one replay of the CUDA graph"
 GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {

@@ -43,10 +43,11 @@ class StandIn:
         self.requests: list[tuple[Any, ...]] = []
         self.sandbox = SimpleNamespace(request=self.request)
 
-    def refill(self, shared: Any, seed: int, keep_private: bool) -> None:
+    def refill(self, shared: Any, seed: int, keep_private: bool, poison: bool = True) -> None:
         generator = torch.Generator().manual_seed(seed)
         shared.inputs["x"].copy_(torch.randn(64, generator=generator))
-        self.poison(shared)
+        if poison:
+            self.poison(shared)
 
     def poison(self, shared: Any) -> None:
         shared.outputs["out"].fill_(float("nan"))

@@ -128,8 +128,9 @@ class SetMaker:
         )
         return made, (made.id, layout, arguments, len(tensor_names), slots)
 
-    def refill(self, shared: SharedSet, seed: int, keep_private: bool) -> None:
-        """New values at the same addresses; outputs poisoned again."""
+    def refill(self, shared: SharedSet, seed: int, keep_private: bool, poison: bool = True) -> None:
+        """New values at the same addresses; outputs poisoned again, or (``poison=False``) left
+        holding what the last call wrote, a result for other inputs."""
         fresh = self.draw(seed)
         for name, value in fresh.items():
             target = shared.inputs[name]
@@ -139,7 +140,8 @@ class SetMaker:
                 fresh[name] = target
         shared.seed = seed
         shared.private = fresh if keep_private else None
-        self.poison(shared)
+        if poison:
+            self.poison(shared)
 
     def poison(self, shared: SharedSet) -> None:
         for name, tensor in shared.outputs.items():
