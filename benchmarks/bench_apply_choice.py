@@ -9,9 +9,10 @@ Figures, per provider: ``eager``, the wall time per call of a loop of calls (hos
 what apply ranks by outside graph capture): the median of 21 rounds, each as many calls as fill
 about 2 ms (20 to 1000), synchronized at its end, the providers interleaved round by round;
 ``gpu``, the shared harness's GPU time (CUDA events with the L2 flushed, or CUDA graph replays
-under 40 us, where apply runs inside capture and so ranks by GPU time). Every provider is called value-returning, as ``kernelarena.ops`` is: a
-destination-passing solution gets outputs allocated per call, as apply allocates them. Inputs rotate
-over as many sets as fill twice the L2 (2 to 16).
+under 40 us, where apply runs inside capture and so ranks by GPU time), the median of 3 passes.
+Every provider is called value-returning, as ``kernelarena.ops`` is: a destination-passing solution
+gets outputs allocated per call, as apply allocates them. Inputs rotate over as many sets as fill
+twice the L2 (2 to 16).
 
 Per shape: the best direct solution by each figure, the solution apply chose (its tables: the
 traces of this GPU, else borrowed ones), apply's figure and its ratio to the best. Bar (issue 18):

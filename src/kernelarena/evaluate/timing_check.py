@@ -3,12 +3,14 @@
 The sandbox times the call the way ``docs/evaluation.md`` describes (a probe decides between CUDA
 graph replays over input sets rotated through twice the L2, and CUDA events with the L2 flushed), and
 sends its samples. The judge times eager loops over the timed sets with its own clock around the
-sandbox's device synchronization, then poisons every set's outputs, refills the sets it draws at
-random in place with new values, and calls each set once. Every output must be complete the moment
-the pass returns (work left on another stream shows as poison) and the refilled sets must match the
-reference (results cached by address fail). For graph timing it also times replays of the sandbox's own graph. ``crosscheck``
-then decides whether the reported samples can be true. The reference is timed here, in the judge,
-with the sandbox stopped.
+sandbox's device synchronization (for graph timing, replays of the sandbox's own graph too), then
+refills the sets it draws at random in place with new values, poisons the other sets' outputs (and
+half of the refilled ones'), and calls each set once. Every poisoned output must be complete the
+moment the pass returns (work left on another stream shows as poison) and the refilled sets must
+match the reference (results cached by address, or kept where an output already held a value,
+fail). For graph timing the same check follows one replay of the timed graph. ``crosscheck`` then
+decides whether the reported samples can be true, with a second look before a rejection. The
+reference is timed here, in the judge, with the sandbox stopped.
 """
 
 from __future__ import annotations
@@ -92,9 +94,10 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     verify_after_timing(sets, rotated)
     if reported.mode == "cuda_graph":
         verify_graph(sets, rotated)
+    scalars = _scalars(job)
     floor = physics_floor_ms(
-        job.definition.cost("bytes_moved", job.axes, _scalars(job)),
-        job.definition.cost("flops", job.axes, _scalars(job)),
+        job.definition.cost("bytes_moved", job.axes, scalars),
+        job.definition.cost("flops", job.axes, scalars),
         evaluator.environment.ceilings or {},
     )
     clock, second_look = agreed_clock(sets, rotated, reported, clock, floor)
@@ -188,10 +191,11 @@ def _fastest(
 
 
 def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
-    """Poison every timed set's outputs and refill the sampled sets' inputs in place with new
-    values, call each set once, then check: every output complete the moment the calls returned,
-    the sampled sets equal to the reference. (The others keep their values: they are checked for
-    completeness only, so new values there would cost draws and prove nothing more.)"""
+    """Refill the sampled sets' inputs in place with new values and poison the outputs (as
+    ``_verify_pass`` says), call each set once, then check: every poisoned output complete the
+    moment the calls returned, the sampled sets equal to the reference. (The others keep their
+    inputs: they are checked for completeness only, so new values there would cost draws and
+    prove nothing more.)"""
     request = ("eager", [s.id for s in timed], len(timed), True)
     _verify_pass(sets, timed, list(range(len(timed))), request, compare=True, graph=False)
 
