@@ -106,3 +106,24 @@ def test_in_place_operator_mutates_its_input_eagerly_and_compiled() -> None:
     acc = torch.zeros(4)
     result = torch.compile(twice, fullgraph=True, backend="aot_eager")(torch.ones(4), acc)
     assert acc.eq(2).all() and result.eq(2 + 4).all()
+
+
+def test_repeat_calls_keyword_calls_and_a_new_runtime_give_the_same_result(
+    tmp_path: Path,
+) -> None:
+    """The operator's fast path (a key seen before) against the slow one: keywords, a shape not
+    seen yet, and apply turned off and on again in between (each resets the call sites)."""
+    definition, (x, weight, eps), expected = _smoke_call("rmsnorm")
+    tolerance = definition.tolerance_for("out")
+    rows = torch.randn(3, x.shape[-1], dtype=x.dtype)
+    for step in range(3):
+        if step == 1:
+            kernelarena.disable_apply()
+        if step == 2:
+            kernelarena.enable_apply(tmp_path / "empty")
+        for _ in range(2):  # the second call of a key takes the fast path
+            assert_close(ops.rmsnorm(x, weight, eps), expected, tolerance.atol, tolerance.rtol)
+        by_keyword = ops.rmsnorm(x, weight=weight, eps=eps)
+        assert_close(by_keyword, expected, tolerance.atol, tolerance.rtol)
+        reference = load_reference(definition)["run"](rows.clone(), weight.clone(), eps)
+        assert_close(ops.rmsnorm(rows, weight, eps), reference, tolerance.atol, tolerance.rtol)
