@@ -97,3 +97,40 @@ def test_a_graph_that_skips_or_caches_the_work_is_rejected(dps: bool, graph: str
     assert failed.value.status is Status.RUNTIME_ERROR
     assert "timing rejected: one replay of the CUDA graph" in str(failed.value.log)
     assert ("unwritten" in failed.value.log) == (graph == "empty")
+
+
+@pytest.mark.parametrize(
+    ("sets", "dps", "in_place", "written", "compared"),
+    [
+        (3, True, False, [0, 1, 2], True),
+        (3, False, False, [1], True),  # 20 calls over 3 sets: the last call is set 19 % 3 = 1
+        (24, False, False, [23], True),
+        (3, True, True, [0, 1, 2], False),  # in place, called 6-7 times a replay: completeness
+        (24, True, True, list(range(24)), True),  # in place, once a replay: compared
+    ],
+)
+def test_the_graph_check_looks_where_the_graph_writes(
+    monkeypatch: pytest.MonkeyPatch,
+    sets: int,
+    dps: bool,
+    in_place: bool,
+    written: list[int],
+    compared: bool,
+) -> None:
+    from kernelarena.evaluate import timing_check
+
+    seen: dict[str, Any] = {}
+
+    def fake_pass(sets_: Any, timed: Any, written_: Any, request: Any, compare: bool, graph: bool):
+        seen.update(written=written_, compare=compare, request=request, graph=graph)
+
+    monkeypatch.setattr(timing_check, "_verify_pass", fake_pass)
+    stand_in = StandIn(sets, dps, "honest")
+    stand_in.job.definition.outputs["out"].aliases = "x" if in_place else None
+    verify_graph(stand_in, stand_in.timed)  # type: ignore[arg-type]
+    assert seen == {
+        "written": written,
+        "compare": compared,
+        "request": ("replay_check",),
+        "graph": True,
+    }
