@@ -94,15 +94,13 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     verify_after_timing(sets, rotated)
     if reported.mode == "cuda_graph":
         verify_graph(sets, rotated)
-    scalars = _scalars(job)
-    floor = physics_floor_ms(
-        job.definition.cost("bytes_moved", job.axes, scalars),
-        job.definition.cost("flops", job.axes, scalars),
-        evaluator.environment.ceilings or {},
-    )
+    bytes_moved, flops = _costs(job)
+    floor = physics_floor_ms(bytes_moved, flops, evaluator.environment.ceilings or {})
     clock, second_look = agreed_clock(sets, rotated, reported, clock, floor)
     sets.forget(timed)
-    performance = evaluator_performance(sets, evaluator, reported, clock, len(timed))
+    performance = evaluator_performance(
+        sets, evaluator, reported, clock, len(timed), (bytes_moved, flops)
+    )
     notes = [second_look, host_bound_note(reported, clock)]
     compiles = reply.get("compiles")
     if isinstance(compiles, int) and compiles > 0:
@@ -114,8 +112,13 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     return performance, "\n".join(n for n in notes if n)
 
 
-def _scalars(job: Job) -> dict[str, Any]:
-    return {n: v.value for n, v in job.workload.inputs.items() if isinstance(v, ScalarInput)}
+def _costs(job: Job) -> tuple[float | None, float | None]:
+    """The workload's bytes moved and FLOPs, from its definition's cost expressions."""
+    scalars = {n: v.value for n, v in job.workload.inputs.items() if isinstance(v, ScalarInput)}
+    return (
+        job.definition.cost("bytes_moved", job.axes, scalars),
+        job.definition.cost("flops", job.axes, scalars),
+    )
 
 
 def judge_clock(
@@ -307,8 +310,14 @@ def replay_clock(sets: SetMaker, reported_ms: float, span: float = 1.0) -> float
 
 
 def evaluator_performance(
-    sets: SetMaker, evaluator: Evaluator, reported: Timing, clock: JudgeClock, rotated: int
+    sets: SetMaker,
+    evaluator: Evaluator,
+    reported: Timing,
+    clock: JudgeClock,
+    rotated: int,
+    costs: tuple[float | None, float | None],
 ) -> Performance:
+    """The trace's figures; ``costs``: the workload's bytes moved and FLOPs (``_costs``)."""
     job = sets.job
     graph = reported.mode == "cuda_graph"
     key = (job.definition.content_hash(), job.workload.content_hash(), graph)
@@ -317,9 +326,7 @@ def evaluator_performance(
         reference = with_sandbox_paused(sets.sandbox, lambda: time_reference(sets, graph, rotated))
         evaluator.reference_timings[key] = reference
     seconds = reported.median_ms * 1e-3
-    scalars = _scalars(job)
-    bytes_moved = job.definition.cost("bytes_moved", job.axes, scalars)
-    flops = job.definition.cost("flops", job.axes, scalars)
+    bytes_moved, flops = costs
     ceilings = evaluator.environment.ceilings or {}
     gbps = bytes_moved / seconds / 1e9 if bytes_moved and seconds > 0 else None
     tflops = flops / seconds / 1e12 if flops and seconds > 0 else None
