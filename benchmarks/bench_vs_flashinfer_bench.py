@@ -15,9 +15,10 @@ Where the machine keeps no Python bytecode (the lent GPU machines' image), kerne
 processes' bytecode in a folder of its own (KERNELARENA_BYTECODE_CACHE): "first" is a cold run that
 finds that folder empty too, as on a machine kernelarena never ran on; cold and warm find what the
 first run wrote there (as a pip install's .pyc files would be found). The traces folder is cleared
-before every run, so every run evaluates all 24 jobs. The bar: ours at most half the peer's time,
-cold and warm; "first" is reported beside the peer's cold run, without a bar. Also reported: the traces each tool wrote and their
-statuses, and both tools' latencies per solution and batch. They time differently: FlashInfer-Bench
+before every run, so every run evaluates all 24 jobs, and each run starts once the previous run's
+processes have released the GPU (untimed, reported as teardown_s). The bar: ours at most half the
+peer's time, cold and warm; "first" is reported beside the peer's cold run, without a bar. Also
+reported: the traces each tool wrote and their statuses, and both tools' latencies per solution and batch. They time differently: FlashInfer-Bench
 takes the mean of 50 calls, each timed with CUDA events after an L2 flush, launch included;
 kernelarena the median, as CUDA graph replays (launch gaps not counted) for calls under 100 us, and
 it also records the eager per-call time (eager_call_ms), the figure closer to the peer's there.
@@ -374,6 +375,7 @@ class Setup:
     gpus: str | None
     expected: int  # traces a complete run writes
     run_timeout_s: float
+    gpu_holders_before: set[int]  # processes holding a GPU before any run (this one excepted)
 
 
 def peer_loader_verdict(dataset: Path) -> bool | str:
@@ -404,6 +406,9 @@ def timed_run(setup: Setup, tool: str, label: str, repeat: int, caches: Path) ->
         returncode, stdout, stderr = -1, "", f"timed out after {expired.timeout} s"
     wall = time.perf_counter() - started
     record: dict[str, Any] = {"tool": tool, "label": label, "repeat": repeat, "wall_s": wall}
+    # Untimed: the next run starts on an idle GPU, not beside this run's processes still
+    # releasing theirs (kernelarena's worker leaves its CUDA teardown after its command exits).
+    record["teardown_s"] = wait_for_gpu_processes(setup.gpu_holders_before)
     record["returncode"] = returncode
     record.update(describe_traces(read_traces(setup.dataset)))
     record["peer_loader_reads_traces"] = peer_loader_verdict(setup.dataset)
@@ -418,12 +423,37 @@ def timed_run(setup: Setup, tool: str, label: str, repeat: int, caches: Path) ->
     return record
 
 
+def gpu_holders() -> set[int]:
+    """Processes with a GPU device file open (/dev/nvidia0, ...): those with a CUDA context."""
+    holders = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            targets = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:  # gone, or not ours to look at
+            continue
+        if any(t.startswith("/dev/nvidia") and t[len("/dev/nvidia") :].isdigit() for t in targets):
+            holders.add(int(proc.name))
+    return holders
+
+
+def wait_for_gpu_processes(before: set[int], limit_s: float = 60.0) -> float:
+    """Seconds until no process but this one and those in ``before`` holds a GPU."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit_s:
+        if not gpu_holders() - before - {os.getpid()}:
+            break
+        time.sleep(0.05)
+    return round(time.perf_counter() - started, 3)
+
+
 def print_run(record: dict[str, Any], expected: int) -> None:
     passed = record["statuses"].get("PASSED", 0)
     print(
         f"[{record['repeat']}] {record['tool']:<4} {record['label']:<5} {record['wall_s']:7.2f} s  "
         f"rc {record['returncode']}  traces {record['trace_count']}/{expected}  passed {passed}  "
-        f"{record['statuses']}",
+        f"{record['statuses']}  (GPU free {record['teardown_s']:.2f} s after, untimed)",
         flush=True,
     )
     for failure in record["failures"]:
@@ -727,6 +757,7 @@ def main() -> None:
         gpus=arguments.gpus if on_gpu else None,
         expected=len(SOLUTIONS) * len(batches),
         run_timeout_s=arguments.run_timeout,
+        gpu_holders_before=gpu_holders() if on_gpu else set(),
     )
     try:
         trace_set = build_dataset(dataset, batches)

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -94,8 +95,11 @@ class LocalExecutor:
             with contextlib.suppress(OSError, BrokenPipeError):
                 worker.conn.send(("stop",))
         for worker in self._workers:
-            worker.process.join(timeout=10)
-            if worker.process.is_alive():
+            if _closed(worker, timeout=10):
+                # Its sandboxes are gone and its log is flushed; what is left is the kernel's
+                # teardown of its CUDA context, which need not hold up the caller.
+                worker.process.reap_in_background()
+            else:
                 worker.process.kill()
                 worker.process.join()
         self._workers = []
@@ -290,12 +294,30 @@ class _Process:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=timeout)
 
+    def reap_in_background(self) -> None:
+        if self.popen.poll() is None:
+            threading.Thread(target=self.popen.wait, name="reap-worker", daemon=True).start()
+
     def kill(self) -> None:
         if self.popen.poll() is None:
             try:
                 os.killpg(self.popen.pid, signal.SIGKILL)  # the worker and anything it started
             except (ProcessLookupError, PermissionError):
                 self.popen.kill()
+
+
+def _closed(worker: _Worker, timeout: float) -> bool:
+    """Whether a stopped worker said it has closed (or has exited) within ``timeout``; results
+    still in the pipe are dropped: ``close`` comes after the last job."""
+    deadline = time.monotonic() + timeout
+    try:
+        while worker.conn.poll(max(0.0, deadline - time.monotonic())):
+            if worker.conn.recv()[0] == "closed":
+                return True
+    except (EOFError, OSError):
+        worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        return not worker.process.is_alive()
+    return False
 
 
 def _poll_alive(worker: _Worker, timeout: float) -> bool:
