@@ -211,3 +211,11 @@ def test_the_input_check_reads_the_device_once_and_names_the_first_change(
     reshaped = {"x": (x, x.clone().reshape(2, 5)), "w": (w, changed_w)}
     assert first_changed_input(reshaped) == "input 'x' changed shape from (10,) to (2, 5)"
     assert first_changed_input({"w": (w, changed_w), "x": reshaped["x"]}) == message
+
+
+def test_the_judges_warm_up_runs_the_checks_it_warms() -> None:
+    """The judge's start-up warm-up (run in the background on a GPU, where it swallows errors) does
+    real draws, poisons and compares: here it runs in the open and must not raise."""
+    from kernelarena.evaluate.evaluator import judge_ops_once
+
+    judge_ops_once(torch.device("cpu"))

@@ -68,6 +68,7 @@ class LocalExecutor:
         self._workers: list[_Worker] = []
         self._pending: list[_Worker] = []
         self._spawned = 0
+        self._queue: deque[Job] = deque()  # the jobs ``run`` has not handed out yet
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -185,6 +186,7 @@ class LocalExecutor:
     def run(self, jobs: Sequence[Job], on_result: Callable[[Job, JobResult], None]) -> None:
         self.start()
         queue: deque[Job] = deque(jobs)
+        self._queue = queue
         while queue or any(w.job is not None for w in self._workers):
             for worker in self._workers:
                 if worker.job is None and queue:
@@ -235,6 +237,9 @@ class LocalExecutor:
                             )
                             return
                         trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
+                        if not outcome["fatal"] and self._queue:
+                            # The worker starts its next job while this one's trace is recorded.
+                            self._submit(worker, self._queue.popleft())
                         on_result(
                             job,
                             JobResult(

@@ -31,6 +31,10 @@ class _Bound:
     slots: list[int] = field(default_factory=list)  # for each returned value: its destination
 
 
+# Requests whose calls someone times: the sandbox (probe, time), the judge (eager, replay).
+_TIMED = frozenset({"probe", "time", "eager", "replay", "replay_check"})
+
+
 class Sandbox:
     def __init__(self, conn: Connection, device: Any) -> None:
         import torch
@@ -45,6 +49,10 @@ class Sandbox:
         self.graph: Any = None
         self.graph_calls = 0
         self.graph_last: tuple[int, Any] | None = None  # the graph's last call: set id, result
+        # The first sandbox of a judge warms Triton beside its first job (``_warm_triton``):
+        # pending until the judge's round-trip pings are answered, running until a timed request.
+        self.warm_pending = False
+        self.warming: threading.Thread | None = None
 
     def serve(self) -> None:
         while True:
@@ -55,6 +63,16 @@ class Sandbox:
             operation, arguments = request[0], request[1:]
             if operation == "stop":
                 return
+            if self.warm_pending and operation != "ping":
+                # Not beside the pings: they measure the round trip the judge's clock subtracts.
+                self.warm_pending = False
+                self.warming = threading.Thread(
+                    target=_warm_triton, name="warm-triton", daemon=True
+                )
+                self.warming.start()
+            if operation in _TIMED and self.warming is not None:
+                self.warming.join()  # a thread beside a timed call could delay its launches
+                self.warming = None
             try:
                 reply = getattr(self, "_" + operation)(*arguments)
             except BaseException as error:  # SystemExit too: the solution's, not ours
@@ -278,11 +296,13 @@ def _dynamo_frames() -> int:
     return int(counters["frames"]["total"])
 
 
-def _warm_triton_key() -> None:
-    """Triton's compile-cache key (a hash of its sources and libraries, cached per process): 0.6 s
-    on an H100 host that the first call of every Triton kernel waits for, warm or cold cache,
-    computed here while a spare sandbox waits for its solution. Best effort: a failure resurfaces
-    where Triton is really used."""
+def _warm_triton() -> None:
+    """Triton's import (0.1-0.3 s) and its compile-cache key (a hash of its sources and libraries,
+    cached per process: 0.4-0.6 s on an H100 host), which the first call of every Triton kernel
+    waits for, warm cache or cold. Most solutions are Triton's: a spare sandbox, which starts ahead
+    of its solution, does both before it says it is ready; the first sandbox of a judge, which the
+    run's first job waits for, beside that job's build and checks, not its timings. Best effort:
+    a failure resurfaces where Triton is really used."""
     with contextlib.suppress(Exception):
         from triton.runtime.cache import triton_key
 
@@ -291,14 +311,18 @@ def _warm_triton_key() -> None:
 
 def main(argv: list[str]) -> None:
     fd, device_name, log_path = int(argv[0]), argv[1], argv[2]
-    writable = argv[3:]
+    first = argv[3] == "first"
+    writable = argv[4:]
     from kernelarena.evaluate.confine import confine_writes, die_with_parent
-    from kernelarena.evaluate.worker import redirect_output
+    from kernelarena.evaluate.worker import make_cuda_context, redirect_output
 
     redirect_output(log_path)
     die_with_parent()
+    context = threading.Thread(target=make_cuda_context, args=(device_name,), name="cuda-context")
     if not device_name.startswith("cuda"):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+    else:  # the first sandbox is what the first job waits for: its context beside torch's import
+        context.start()
     conn = Connection(fd)
     import torch
 
@@ -307,6 +331,7 @@ def main(argv: list[str]) -> None:
         # Before the confinement: the driver's initialisation fails under Landlock (error 304).
         torch.cuda.set_device(device)
         torch.cuda.synchronize(device)
+        context.join()
     confinement = (
         "not confined: KERNELARENA_UNCONFINED is set"
         if os.environ.get("KERNELARENA_UNCONFINED") == "1"
@@ -316,16 +341,17 @@ def main(argv: list[str]) -> None:
     torch.backends.cudnn.allow_tf32 = False
     import kernelarena.build  # noqa: F401  (its imports, before the first request waits on them)
 
-    with contextlib.suppress(ImportError):
-        # Most solutions are Triton's, and a spare starts ahead of its solution: 0.1-0.3 s off the
-        # first build of every solution.
-        import triton  # noqa: F401
-
-        if device.type == "cuda":
-            threading.Thread(target=_warm_triton_key, name="triton-key", daemon=True).start()
+    sandbox = Sandbox(conn, device)
+    if device.type != "cuda":
+        with contextlib.suppress(ImportError):
+            import triton  # noqa: F401  (as _warm_triton says; the interpreter has no cache key)
+    elif first:
+        sandbox.warm_pending = True
+    else:
+        _warm_triton()
     print(f"kernelarena sandbox on {device_name}: {confinement}", flush=True)
     conn.send_bytes(json.dumps({"ready": True, "confinement": confinement}).encode())
-    Sandbox(conn, device).serve()
+    sandbox.serve()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

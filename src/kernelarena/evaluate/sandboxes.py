@@ -35,7 +35,9 @@ class SandboxDied(Exception):
 
 
 class Sandbox:
-    def __init__(self, device: str, log_path: Path, writable: list[str], tmp: Path) -> None:
+    def __init__(
+        self, device: str, log_path: Path, writable: list[str], tmp: Path, first: bool = False
+    ) -> None:
         self.device = device
         self.log_path = log_path
         self.key: str | None = None
@@ -51,6 +53,7 @@ class Sandbox:
             str(child.fileno()),
             device,
             str(log_path),
+            "first" if first else "spare",  # the first is waited for at once (sandbox._warm_triton)
             *writable,
         ]
         environment = dict(
@@ -74,7 +77,9 @@ class Sandbox:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float, settle: Callable[[], None] = lambda: None) -> None:
+        """Wait for the sandbox to start, then ``settle`` (the judge's own background work must end
+        before the round trip is measured: its clock subtracts it), then measure the round trip."""
         if self._ready:
             return
         reply = self._receive(timeout)
@@ -82,6 +87,7 @@ class Sandbox:
             raise SandboxDied(f"the sandbox did not start: {reply}")
         self.confinement = str(reply.get("confinement", ""))
         self._ready = True
+        settle()
         self.round_trip_ms = min(self._timed_ping() for _ in range(3))
 
     def _timed_ping(self) -> float:
@@ -186,16 +192,17 @@ class Sandboxes:
         tmp = self.folder / f"sandbox-{self._spawned}"
         tmp.mkdir(parents=True, exist_ok=True)
         log = self.folder / f"sandbox-{self.device.replace(':', '')}-{self._spawned}.log"
-        return Sandbox(self.device, log, [*self.writable, str(tmp)], tmp)
+        return Sandbox(self.device, log, [*self.writable, str(tmp)], tmp, self._spawned == 1)
 
-    def for_solution(self, key: str) -> Sandbox:
-        """The sandbox serving ``key``: the current one if it does, else the oldest spare."""
+    def for_solution(self, key: str, settle: Callable[[], None] = lambda: None) -> Sandbox:
+        """The sandbox serving ``key``: the current one if it does, else the oldest spare
+        (``settle`` as ``Sandbox.wait_ready`` says)."""
         if self.current is not None and self.current.key == key and self.current.alive():
             return self.current
         self.retire()
         sandbox = self.spares.pop(0) if self.spares else self._spawn()
         try:
-            sandbox.wait_ready(self.startup_timeout_s)
+            sandbox.wait_ready(self.startup_timeout_s, settle)
         finally:
             while len(self.spares) < max(self.spare_count, 1):
                 self.spares.append(self._spawn())

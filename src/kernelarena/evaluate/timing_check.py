@@ -53,9 +53,11 @@ if TYPE_CHECKING:
     from kernelarena.evaluate.evaluator import Evaluator
 
 # The reference is timed only for the speedup column: its graph replays stop after this long (at
-# least 5 replays of 20+ calls). A float32 reference of a large workload takes 10x the solution's
-# time, and all 30 replays of it were a third of a whole run's evaluation time.
+# least 5 replays of 20+ calls), its per-call events after this long (at least the options'
+# minimum of calls). A float32 reference of a large workload takes 10x the solution's time, and
+# all 30 replays of it were a third of a whole run's evaluation time.
 REFERENCE_GRAPH_BUDGET_MS = 20.0
+REFERENCE_EVENTS_BUDGET_MS = 20.0
 # Sets whose outputs are compared in full after the eager pass; the others are checked for poison.
 SAMPLED_SETS = 4
 # The same after the one replay of the timed graph (each compared set costs a reference run).
@@ -380,5 +382,5 @@ def time_reference(sets: SetMaker, graph: bool, count: int) -> Timing:
             warmup=options.warmup,
             max_iterations=options.max_iterations,
             min_iterations=options.min_iterations,
-            budget_ms=options.budget_ms,
+            budget_ms=min(options.budget_ms, REFERENCE_EVENTS_BUDGET_MS),
         )
