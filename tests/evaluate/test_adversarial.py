@@ -39,6 +39,7 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "signals_judge": (Status.RUNTIME_ERROR, True, "PermissionError"),
     "writes_late": NUMERICAL,
     "computes_only_when_poisoned": (Status.INCORRECT_NUMERICAL, True, "already held values"),
+    "rewrites_input_when_timed": (Status.INCORRECT_NUMERICAL, True, "during the timed calls"),
 }
 GRAPH_REJECTED = "timing rejected: one replay of the CUDA graph"
 GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {

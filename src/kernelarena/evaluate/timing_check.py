@@ -3,8 +3,9 @@
 The sandbox times the call the way ``docs/evaluation.md`` describes (a probe decides between CUDA
 graph replays over input sets rotated through twice the L2, and CUDA events with the L2 flushed), and
 sends its samples. The judge times eager loops over the timed sets with its own clock around the
-sandbox's device synchronization (for graph timing, replays of the sandbox's own graph too), then
-refills the sets it draws at random in place with new values, poisons the other sets' outputs (and
+sandbox's device synchronization (for graph timing, replays of the sandbox's own graph too), checks
+that a few timed sets' inputs still hold what it drew (no output aliases them), then refills the
+sets it draws at random in place with new values, poisons the other sets' outputs (and
 half of the refilled ones'), and calls each set once. Every poisoned output must be complete the
 moment the pass returns (work left on another stream shows as poison) and the refilled sets must
 match the reference (results cached by address, or kept where an output already held a value,
@@ -62,6 +63,8 @@ REFERENCE_EVENTS_BUDGET_MS = 20.0
 SAMPLED_SETS = 4
 # The same after the one replay of the timed graph (each compared set costs a reference run).
 GRAPH_SAMPLED_SETS = 2
+# Timed sets whose inputs are checked, after every timed call, against a fresh draw of their seed.
+WATCHED_SETS = 2
 # The judge's replays of a graph run at least this long, so one synchronization is noise.
 REPLAY_SPAN_MS = 2.0
 # At most this many rounds over the timed sets in the judge's eager loop (a call of a microsecond
@@ -93,6 +96,7 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     reported = reported_timing(reply)
     rotated = timed if reported.mode == "cuda_graph" else timed[:2]
     clock = judge_clock(sets, rotated, reported)
+    inputs_kept(sets, rotated)
     verify_after_timing(sets, rotated)
     if reported.mode == "cuda_graph":
         verify_graph(sets, rotated)
@@ -193,6 +197,27 @@ def _fastest(
         walls.append((time.perf_counter() - started) * 1e3)
         expect_success(reply)
     return max(min(walls) - (sets.sandbox.round_trip_ms or 0.0), 0.0)
+
+
+def inputs_kept(sets: SetMaker, timed: list[SharedSet]) -> None:
+    """The inputs no output aliases must hold what the judge drew after all the timed calls, the
+    sandbox's and the judge's clocks' (a solution that rewrites its inputs once it has computed,
+    zeros or a sorted copy, makes later calls cheap for a data-dependent kernel, and every output
+    stays right for the input it saw). Checked on ``WATCHED_SETS`` sets drawn at random, against a
+    new draw of their seeds: nothing is kept while the calls run."""
+    for shared in random.sample(timed, min(WATCHED_SETS, len(timed))):
+        shared.private = sets.draw(shared.seed)
+        try:
+            changed = sets.changed_input(shared)
+        finally:
+            shared.private = None
+        if changed:
+            raise CheckFailed(
+                Status.INCORRECT_NUMERICAL,
+                f"during the timed calls: {changed}; the inputs no output aliases must stay as "
+                "they were given",
+                Correctness(),
+            )
 
 
 def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
