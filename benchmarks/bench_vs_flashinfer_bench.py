@@ -15,10 +15,11 @@ Where the machine keeps no Python bytecode (the lent GPU machines' image), kerne
 processes' bytecode in a folder of its own (KERNELARENA_BYTECODE_CACHE): "first" is a cold run that
 finds that folder empty too, as on a machine kernelarena never ran on; cold and warm find what the
 first run wrote there (as a pip install's .pyc files would be found). The traces folder is cleared
-before every run, so every run evaluates all 24 jobs, and each run starts once the previous run's
-processes have released the GPU (untimed, reported as teardown_s). The bar: ours at most half the
-peer's time, cold and warm; "first" is reported beside the peer's cold run, without a bar. Also
-reported: the traces each tool wrote and their statuses, and both tools' latencies per solution and batch. They time differently: FlashInfer-Bench
+before every run, so every run evaluates all 24 jobs, and each run starts once no process of the
+previous run holds a GPU device file (untimed, reported as teardown_s). The bar: ours at most half
+the peer's time, cold and warm; "first" is reported beside the peer's cold run, without a bar.
+Also reported: the traces each tool wrote and their statuses, and both tools' latencies per
+solution and batch. They time differently: FlashInfer-Bench
 takes the mean of 50 calls, each timed with CUDA events after an L2 flush, launch included;
 kernelarena the median, as CUDA graph replays (launch gaps not counted) for calls under 100 us, and
 it also records the eager per-call time (eager_call_ms), the figure closer to the peer's there.
