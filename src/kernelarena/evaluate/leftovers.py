@@ -69,8 +69,14 @@ def sweep(temp_root: Path | None = None, shared_memory: Path = SHARED_MEMORY) ->
         for folder in root.glob(f"{prefix}*"):
             if not folder.is_dir() or not owner_gone(folder):
                 continue
-            for arena in shared_memory.glob(f"{folder.name}-arena-*"):
-                shutil.rmtree(arena, ignore_errors=True)
+            remove_arenas(folder, shared_memory)
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+def remove_arenas(folder: Path, shared_memory: Path = SHARED_MEMORY) -> None:
+    """The shared-memory arenas named after ``folder`` (a worker's log folder: see
+    ``worker._arena_folder``)."""
+    for arena in shared_memory.glob(f"{folder.name}-arena-*"):
+        shutil.rmtree(arena, ignore_errors=True)

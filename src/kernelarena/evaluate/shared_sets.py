@@ -215,11 +215,16 @@ class SetMaker:
             for name, spec in definition.outputs.items()
         ]
 
-    def changed_input(self, shared: SharedSet) -> str | None:
+    def changed_input(
+        self, shared: SharedSet, pristine: dict[str, Value] | None = None
+    ) -> str | None:
+        """Which input no output aliases differs from ``pristine`` (by default the judge's
+        private copy of the set), as ``first_changed_input`` says; None when none does."""
         aliased = {spec.aliases for spec in self.job.definition.outputs.values() if spec.aliases}
-        assert shared.private is not None
+        pristine = pristine if pristine is not None else shared.private
+        assert pristine is not None
         pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        for name, before in shared.private.items():
+        for name, before in pristine.items():
             current = shared.inputs.get(name)
             if name in aliased or not isinstance(current, torch.Tensor):
                 continue

@@ -206,11 +206,7 @@ def inputs_kept(sets: SetMaker, timed: list[SharedSet]) -> None:
     stays right for the input it saw). Checked on ``WATCHED_SETS`` sets drawn at random, against a
     new draw of their seeds: nothing is kept while the calls run."""
     for shared in random.sample(timed, min(WATCHED_SETS, len(timed))):
-        shared.private = sets.draw(shared.seed)
-        try:
-            changed = sets.changed_input(shared)
-        finally:
-            shared.private = None
+        changed = sets.changed_input(shared, sets.draw(shared.seed))
         if changed:
             raise CheckFailed(
                 Status.INCORRECT_NUMERICAL,
