@@ -41,6 +41,9 @@ class Case:
     params: dict[str, Any]
     bytes_moved: float | None = None
     flops: float | None = None
+    # Calls in each timed CUDA graph: at least as many as the input sets a provider rotates over,
+    # so that every set is read once per replay.
+    graph_calls: int = 20
 
 
 @dataclass
@@ -117,11 +120,13 @@ def toolchain() -> dict[str, str]:
 HOST_LEAD_US = 150.0
 
 
-def _time(fn: Callable[[int], Any], device: torch.device, use_graph: bool) -> Timing:
+def _time(
+    fn: Callable[[int], Any], device: torch.device, use_graph: bool, graph_calls: int = 20
+) -> Timing:
     if device.type != "cuda":
         return time_cpu(fn)
     if use_graph:
-        return time_cuda_graph(fn, device)
+        return time_cuda_graph(fn, device, calls_per_graph=graph_calls)
     return time_cuda(fn, device, max_iterations=60, budget_ms=400, lead_us=HOST_LEAD_US)
 
 
@@ -170,7 +175,7 @@ def run(
             for provider, fn in providers.items():
                 if isinstance(timings[provider], Timing):
                     try:
-                        timings[provider] = _time(fn, device, use_graph=True)
+                        timings[provider] = _time(fn, device, True, case.graph_calls)
                     except Exception as error:
                         timings[provider] = error
         for provider, result in timings.items():
