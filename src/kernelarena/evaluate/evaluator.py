@@ -13,8 +13,9 @@ with its own figures and with physics (``crosscheck``).
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,24 +25,19 @@ import torch
 from kernelarena.data import (
     Correctness,
     Definition,
-    DType,
     Environment,
     Language,
     Performance,
     Solution,
     Status,
-    Tolerance,
     Trace,
     Workload,
 )
 from kernelarena.evaluate.arena import Arena
-from kernelarena.evaluate.compare import compare, first_changed_input
 from kernelarena.evaluate.crosscheck import TimingRejected
 from kernelarena.evaluate.inputs import (
     InputsError,
     load_reference,
-    make_generator,
-    poison,
     seed_for,
 )
 from kernelarena.evaluate.options import Options, make_trace
@@ -55,6 +51,7 @@ from kernelarena.evaluate.shared_sets import (
     with_details,
 )
 from kernelarena.evaluate.timing import device_healthy
+from kernelarena.evaluate.warm_up import JudgeWarmUp
 
 _REUSED = (
     "the solution reuses results across calls: the same inputs at other addresses pass, so it "
@@ -85,23 +82,26 @@ class Evaluator:
         self.arena = Arena(device, arena_folder)
         self._references: dict[str, dict[str, Any]] = {}
         self.reference_timings: dict[tuple[str, str, bool], Any] = {}
-        self._warm_up: threading.Thread | None = None
+        self._warm_up: JudgeWarmUp | None = None
 
     def warm_up_in_background(self) -> None:
-        """The judge's own kernels loaded and its ops' first calls made while it waits for its
-        first job and that job's sandbox to start, not inside the job (``warm_judge_kernels``)."""
-        self._warm_up = threading.Thread(
-            target=warm_judge_kernels, args=(self.device,), name="judge-warm-up", daemon=True
-        )
-        self._warm_up.start()
+        """The judge's kernels and first calls, while it waits for its first job and that job's
+        sandbox and checks (``warm_up``)."""
+        self._warm_up = JudgeWarmUp(self.device)
+
+    def _quiet(self) -> AbstractContextManager[None]:
+        """Nothing of the judge's background work runs inside: for the round trip to a sandbox."""
+        return self._warm_up.quiet() if self._warm_up is not None else contextlib.nullcontext()
 
     def _settle(self) -> None:
-        """Nothing of the judge's may run beside a round-trip measurement, a check or a timing."""
+        """Nothing of the judge's may run beside its timing (its clocks, the reference's timing,
+        the sandbox's timed calls)."""
         if self._warm_up is not None:
             self._warm_up.join()
             self._warm_up = None
 
     def close(self) -> None:
+        self._settle()  # its CUDA work must not meet the teardown
         self.sandboxes.close()
         self.arena.close()
 
@@ -125,10 +125,9 @@ class Evaluator:
                 skipped=f"targets {solution.spec.target_hardware}; this device is {self.device.type}"
             )
         try:
-            sandbox = self.sandboxes.for_solution(solution.content_hash(), self._settle)
+            sandbox = self.sandboxes.for_solution(solution.content_hash())
         except SandboxDied as died:
             return self._failed(definition, solution, workload, Status.RUNTIME_ERROR, str(died))
-        self._settle()
         offset = sandbox.log_size()
         try:
             outcome = self._evaluate_in(
@@ -195,6 +194,7 @@ class Evaluator:
             if options.timing:
                 from kernelarena.evaluate.timing_check import time_and_verify
 
+                self._settle()
                 performance, log = time_and_verify(sets, self)
             return Outcome(
                 self._trace(
@@ -316,30 +316,3 @@ class Evaluator:
         log: str,
     ) -> Outcome:
         return Outcome(self._trace(definition, solution, workload, status, log))
-
-
-def warm_judge_kernels(device: torch.device) -> None:
-    """``judge_ops_once`` on a GPU, in the background: the first job otherwise pays for loading
-    some thirty kernels (CUDA loads each on its first launch) and for torch's first calls,
-    0.3-0.4 s on an H100 host. Best effort: whatever fails here fails again, and is reported,
-    where the job does it."""
-    try:
-        with torch.cuda.device(device):
-            judge_ops_once(device)
-            torch.cuda.synchronize(device)
-    except Exception:  # see the docstring
-        pass
-
-
-def judge_ops_once(device: torch.device) -> None:
-    """Draw, poison, compare and check inputs once on tiny tensors of the common float types."""
-    generator = make_generator(device, 0)
-    for dtype in (DType.BFLOAT16, DType.FLOAT16, DType.FLOAT32):
-        drawn = torch.randn((4, 8), generator=generator, device=device).to(dtype.to_torch())
-        out = torch.empty_like(drawn)
-        poison(out, dtype)
-        out.copy_(drawn)
-        if not compare("warm-up", out, drawn, dtype, Tolerance(atol=0.0, rtol=0.0)).ok:
-            raise AssertionError(f"a copy of {dtype.value} values does not compare equal")
-        if first_changed_input({"warm-up": (drawn, out)}) is not None:
-            raise AssertionError(f"a copy of {dtype.value} values does not hold the same bits")

@@ -49,8 +49,8 @@ class Sandbox:
         self.graph: Any = None
         self.graph_calls = 0
         self.graph_last: tuple[int, Any] | None = None  # the graph's last call: set id, result
-        # The first sandbox of a judge warms Triton beside its first job (``_warm_triton``):
-        # pending until the judge's round-trip pings are answered, running until a timed request.
+        # The first sandbox of a judge warms Triton beside its first job's build and checks
+        # (``_warm_triton``), if that job's solution may use Triton, until a timed request or ping.
         self.warm_pending = False
         self.warming: threading.Thread | None = None
 
@@ -63,15 +63,17 @@ class Sandbox:
             operation, arguments = request[0], request[1:]
             if operation == "stop":
                 return
-            if self.warm_pending and operation != "ping":
-                # Not beside the pings: they measure the round trip the judge's clock subtracts.
+            if self.warm_pending and operation == "build":
                 self.warm_pending = False
-                self.warming = threading.Thread(
-                    target=_warm_triton, name="warm-triton", daemon=True
-                )
-                self.warming.start()
-            if operation in _TIMED and self.warming is not None:
-                self.warming.join()  # a thread beside a timed call could delay its launches
+                if _may_use_triton(arguments[1]):
+                    self.warming = threading.Thread(
+                        target=_warm_triton, name="warm-triton", daemon=True
+                    )
+                    self.warming.start()
+            if (operation in _TIMED or operation == "ping") and self.warming is not None:
+                # A thread beside a timed call could delay its launches, and beside a ping it
+                # would inflate the round trip that the judge's clock subtracts.
+                self.warming.join()
                 self.warming = None
             try:
                 reply = getattr(self, "_" + operation)(*arguments)
@@ -296,12 +298,26 @@ def _dynamo_frames() -> int:
     return int(counters["frames"]["total"])
 
 
+def _may_use_triton(solution_json: dict[str, Any]) -> bool:
+    """Whether a solution (as the build request carries it) may launch Triton kernels: written in
+    Triton, or naming Triton, torch.compile (Inductor writes Triton) or Liger in its sources or
+    dependencies. A miss costs only the warm-up's head start: the first call computes the key."""
+    spec = solution_json.get("spec") or {}
+    if str(spec.get("language", "")).lower() == "triton":
+        return True
+    words = ("triton", "compile", "liger")
+    texts = [str(d) for d in spec.get("dependencies") or []]
+    texts += [str(f.get("content", "")) for f in solution_json.get("sources") or []]
+    return any(word in text.lower() for text in texts for word in words)
+
+
 def _warm_triton() -> None:
     """Triton's import (0.1-0.3 s) and its compile-cache key (a hash of its sources and libraries,
     cached per process: 0.4-0.6 s on an H100 host), which the first call of every Triton kernel
     waits for, warm cache or cold. Most solutions are Triton's: a spare sandbox, which starts ahead
     of its solution, does both before it says it is ready; the first sandbox of a judge, which the
-    run's first job waits for, beside that job's build and checks, not its timings. Best effort:
+    run's first job waits for, beside that job's build and checks (not its timings), and only for
+    a solution that may use Triton (``_may_use_triton``). Best effort:
     a failure resurfaces where Triton is really used."""
     with contextlib.suppress(Exception):
         from triton.runtime.cache import triton_key

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -28,6 +29,8 @@ from kernelarena.evaluate.confine import descendants, kill_all
 from kernelarena.evaluate.worker import read_tail
 
 REPLY_LIMIT = 1 << 20
+# A context in which nothing of the judge's own background work runs (``evaluate.warm_up``).
+Quiet = Callable[[], AbstractContextManager[None]]
 
 
 class SandboxDied(Exception):
@@ -77,9 +80,10 @@ class Sandbox:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def wait_ready(self, timeout: float, settle: Callable[[], None] = lambda: None) -> None:
-        """Wait for the sandbox to start, then ``settle`` (the judge's own background work must end
-        before the round trip is measured: its clock subtracts it), then measure the round trip."""
+    def wait_ready(self, timeout: float, quiet: Quiet = contextlib.nullcontext) -> None:
+        """Wait for the sandbox to start, then measure the round trip, which the judge's clock
+        subtracts, inside ``quiet()`` (nothing of the judge's own background work runs there).
+        Measured before any solution is loaded here, so that none can inflate it."""
         if self._ready:
             return
         reply = self._receive(timeout)
@@ -87,8 +91,8 @@ class Sandbox:
             raise SandboxDied(f"the sandbox did not start: {reply}")
         self.confinement = str(reply.get("confinement", ""))
         self._ready = True
-        settle()
-        self.round_trip_ms = min(self._timed_ping() for _ in range(3))
+        with quiet():
+            self.round_trip_ms = min(self._timed_ping() for _ in range(3))
 
     def _timed_ping(self) -> float:
         started = time.perf_counter()
@@ -194,15 +198,15 @@ class Sandboxes:
         log = self.folder / f"sandbox-{self.device.replace(':', '')}-{self._spawned}.log"
         return Sandbox(self.device, log, [*self.writable, str(tmp)], tmp, self._spawned == 1)
 
-    def for_solution(self, key: str, settle: Callable[[], None] = lambda: None) -> Sandbox:
+    def for_solution(self, key: str, quiet: Quiet = contextlib.nullcontext) -> Sandbox:
         """The sandbox serving ``key``: the current one if it does, else the oldest spare
-        (``settle`` as ``Sandbox.wait_ready`` says)."""
+        (``quiet`` as ``Sandbox.wait_ready`` says)."""
         if self.current is not None and self.current.key == key and self.current.alive():
             return self.current
         self.retire()
         sandbox = self.spares.pop(0) if self.spares else self._spawn()
         try:
-            sandbox.wait_ready(self.startup_timeout_s, settle)
+            sandbox.wait_ready(self.startup_timeout_s, quiet)
         finally:
             while len(self.spares) < max(self.spare_count, 1):
                 self.spares.append(self._spawn())
