@@ -60,6 +60,16 @@ def test_value_returning_calls_go_to_the_winner_of_their_shape() -> None:
     assert toy(torch.zeros(4, 8, dtype=torch.bfloat16), 2.0).eq(-1).all()  # nothing measured
 
 
+def test_outputs_allocated_like_an_input_are_new_and_contiguous() -> None:
+    toy_runtime()
+    x = torch.zeros(8, 4).t()  # 4 x 8, the output's shape and dtype, not contiguous
+    result = toy(x, 2.0)
+    assert result.is_contiguous() and result.shape == (4, 8) and result.eq(1).all()
+    assert result.data_ptr() != x.data_ptr() and x.eq(0).all()
+    again = toy(torch.zeros(4, 8), 2.0)
+    assert again.data_ptr() != result.data_ptr() and result.eq(1).all()
+
+
 def test_destination_passing_calls_write_the_outputs_passed() -> None:
     toy_runtime()
     out = torch.empty(4, 8)

@@ -70,7 +70,8 @@ def adapt(fn: Call, dps_solution: bool, binding: Binding) -> Prepared:
             )
             for n in passed_outputs(definition)
         ]
-        return returning(_allocating(fn, allocations, binding.device, assemble, simple))
+        makers = [_allocator(shape, dtype, binding) for shape, dtype in allocations]
+        return returning(_allocating(fn, makers, assemble, simple))
     if dps_solution:
         if simple:
             return (fn, count)
@@ -83,26 +84,43 @@ def adapt(fn: Call, dps_solution: bool, binding: Binding) -> Prepared:
     return returning(_value_solution(fn, definition, style, assemble))
 
 
+def _allocator(
+    shape: tuple[int, ...], dtype: torch.dtype, binding: Binding
+) -> Callable[[Sequence[Any]], torch.Tensor]:
+    """``make(args)``: a new contiguous output. Like an input of its shape and dtype where the
+    definition has one: ``torch.empty_like`` costs half of ``torch.empty`` with a shape, dtype and
+    device (H100 host: 2.1-4.0 against 3.8-7.2 us), more than the GPU time of a small call."""
+    definition = binding.definition
+    for position, spec in enumerate(definition.inputs.values()):
+        if (
+            spec.shape is not None
+            and spec.dtype.to_torch() == dtype
+            and tuple(definition.shape_of(spec, binding.axes) or ()) == tuple(shape)
+        ):
+            empty_like, contiguous = torch.empty_like, torch.contiguous_format
+            return lambda args: empty_like(args[position], memory_format=contiguous)
+    empty, device = torch.empty, binding.device
+    return lambda _args: empty(shape, dtype=dtype, device=device)
+
+
 def _allocating(
     fn: Call,
-    allocations: list[tuple[tuple[int, ...], torch.dtype]],
-    device: torch.device,
+    makers: list[Callable[[Sequence[Any]], torch.Tensor]],
     assemble: Callable[[Sequence[Any], Sequence[Any]], Any],
     simple: bool,
 ) -> Call:
-    empty = torch.empty
     if simple:
-        ((shape, dtype),) = allocations
+        (make,) = makers
 
         def allocate_one(*args: Any) -> Any:
-            out = empty(shape, dtype=dtype, device=device)
+            out = make(args)
             fn(*args, out)
             return out
 
         return allocate_one
 
     def allocate_many(*args: Any) -> Any:
-        outs = [empty(shape, dtype=dtype, device=device) for shape, dtype in allocations]
+        outs = [make(args) for make in makers]
         fn(*args, *outs)
         return assemble(args, outs)
 
