@@ -11,8 +11,8 @@ about 2 ms (20 to 1000), synchronized at its end, the providers interleaved roun
 ``gpu``, the shared harness's GPU time (CUDA events with the L2 flushed, or CUDA graph replays
 under 40 us, where apply runs inside capture and so ranks by GPU time), the median of 3 passes.
 Every provider is called value-returning, as ``kernelarena.ops`` is: a destination-passing solution
-gets outputs allocated per call, as apply allocates them. Inputs rotate over as many sets as fill
-twice the L2 (2 to 16).
+gets outputs allocated per call, as apply allocates them (like an input of the same shape and
+dtype where there is one). Inputs rotate over as many sets as fill twice the L2 (2 to 16).
 
 Per shape: the best direct solution by each figure, the solution apply chose (its tables: the
 traces of this GPU, else borrowed ones), apply's figure and its ratio to the best. Bar (issue 18):
@@ -179,10 +179,32 @@ def _direct(
 ) -> Callable[[int], Any]:
     if not runnable.destination_passing_style:
         return lambda i: runnable(*sets[i % len(sets)])
+    # As apply allocates (kernelarena.dispatch.calls): like an input of the output's shape and
+    # dtype where there is one, contiguous; else from the shape.
+    likes = [
+        next(
+            (
+                k
+                for k, value in enumerate(sets[0])
+                if isinstance(value, torch.Tensor)
+                and tuple(value.shape) == tuple(shape)
+                and value.dtype == dtype
+            ),
+            None,
+        )
+        for shape, dtype in outputs
+    ]
+    contiguous = torch.contiguous_format
 
     def call(i: int) -> Any:
-        made = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in outputs]
-        runnable(*sets[i % len(sets)], *made)
+        arguments = sets[i % len(sets)]
+        made = [
+            torch.empty(shape, dtype=dtype, device=device)
+            if like is None
+            else torch.empty_like(arguments[like], memory_format=contiguous)
+            for like, (shape, dtype) in zip(likes, outputs, strict=True)
+        ]
+        runnable(*arguments, *made)
         return made
 
     return call
