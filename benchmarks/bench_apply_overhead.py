@@ -4,8 +4,8 @@ The winner is a trivial Python solution (it returns at once), so the numbers are
 key over the arguments, the dict lookup, the prepared call. CPU tensors, tiny shapes. Cases: one
 tensor input (scale-shaped: x, factor -> out) and two (rmsnorm-shaped: x, weight, eps -> out), each
 called destination-passing (outputs given) and value-returning (apply allocates; the direct call
-allocates the same tensor with torch.empty inline); plus apply turned off (the decorated function
-against its own body).
+allocates the same tensor inline, as apply does: torch.empty_like of the input of its shape); plus
+apply turned off (the decorated function against its own body).
 
 Method: per round, each variant runs ``--calls`` calls in a plain loop, in shuffled order; a round
 gives one per-call time per variant. Added cost = median over rounds of (apply - direct) in the
@@ -141,9 +141,10 @@ def variants(
         routed = kernelarena.apply(spec.name)(body)
 
         def direct_value(n: int, fn: Any = fn, args: tuple[Any, ...] = args) -> None:
-            empty, dtype = torch.empty, torch.float32
+            # As apply allocates: like the input of the output's shape and dtype, contiguous.
+            empty_like, contiguous = torch.empty_like, torch.contiguous_format
             for _ in range(n):
-                fn(*args, empty(shape, dtype=dtype, device=device))
+                fn(*args, empty_like(args[0], memory_format=contiguous))
 
         on[f"{label}, destination-passing"] = {
             "direct": looped(fn, (*args, out)),
