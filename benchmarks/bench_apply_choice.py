@@ -10,9 +10,10 @@ what apply ranks by outside graph capture): the median of 21 rounds, each as man
 about 2 ms (20 to 1000), synchronized at its end, the providers interleaved round by round;
 ``gpu``, the shared harness's GPU time (CUDA events with the L2 flushed, or CUDA graph replays
 under 40 us, where apply runs inside capture and so ranks by GPU time), the median of 3 passes.
-Every provider is called value-returning, as ``kernelarena.ops`` is: a destination-passing solution
-gets outputs allocated per call, as apply allocates them (like an input of the same shape and
-dtype where there is one). Inputs rotate over as many sets as fill twice the L2 (2 to 16).
+Every provider is called value-returning, as ``kernelarena.ops`` is, through the call apply
+prepares for it (``kernelarena.dispatch.calls.solution_call``): a destination-passing solution gets
+outputs allocated per call exactly as apply allocates them. Inputs rotate over as many sets as fill
+twice the L2 (2 to 16).
 
 Per shape: the best direct solution by each figure, the solution apply chose (its tables: the
 traces of this GPU, else borrowed ones), apply's figure and its ratio to the best. Bar (issue 18):
@@ -42,7 +43,9 @@ import kernelarena.ops as ops
 from benchmarks import harness
 from kernelarena.build import BuildError, build_solution
 from kernelarena.data import Definition, TraceSet, Workload
+from kernelarena.dispatch.calls import solution_call
 from kernelarena.dispatch.runtime import ApplyRuntime
+from kernelarena.dispatch.signature import Binding
 from kernelarena.dispatch.table import shape_key
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
@@ -153,13 +156,9 @@ def providers(
     sets: list[list[Any]],
     device: torch.device,
 ) -> dict[str, Callable[[int], Any]]:
-    """Every solution that builds here, called value-returning, and the operator through apply."""
-    axes = definition.resolve_axes(workload.axes)
-    outputs = [
-        (definition.shape_of(spec, axes) or (), spec.dtype.to_torch())
-        for spec in definition.outputs.values()
-        if spec.aliases is None
-    ]
+    """Every solution that builds here, called value-returning as apply calls it (its prepared
+    call: outputs allocated as apply allocates them), and the operator through apply."""
+    binding = Binding(definition, "value", definition.resolve_axes(workload.axes), device)
     found: dict[str, Callable[[int], Any]] = {}
     for solution in trace_set.solutions_for(definition.name):
         try:
@@ -168,46 +167,11 @@ def providers(
             print(f"  {solution.name}: not built here: {str(error)[:120]}")
             continue
         name = solution.name.removeprefix(definition.name + "_")
-        found[name] = _direct(runnable, sets, outputs, device)
+        call, _ = solution_call(runnable, binding)  # value style: always a returning call
+        found[name] = lambda i, call=call: call(*sets[i % len(sets)])
     operator = next(op for op in ops.OPERATORS.values() if definition.name in op.definitions)
     found["apply"] = lambda i: operator(*sets[i % len(sets)])
     return found
-
-
-def _direct(
-    runnable: Any, sets: list[list[Any]], outputs: list[tuple[Any, Any]], device: torch.device
-) -> Callable[[int], Any]:
-    if not runnable.destination_passing_style:
-        return lambda i: runnable(*sets[i % len(sets)])
-    # As apply allocates (kernelarena.dispatch.calls): like an input of the output's shape and
-    # dtype where there is one, contiguous; else from the shape.
-    likes = [
-        next(
-            (
-                k
-                for k, value in enumerate(sets[0])
-                if isinstance(value, torch.Tensor)
-                and tuple(value.shape) == tuple(shape)
-                and value.dtype == dtype
-            ),
-            None,
-        )
-        for shape, dtype in outputs
-    ]
-    contiguous = torch.contiguous_format
-
-    def call(i: int) -> Any:
-        arguments = sets[i % len(sets)]
-        made = [
-            torch.empty(shape, dtype=dtype, device=device)
-            if like is None
-            else torch.empty_like(arguments[like], memory_format=contiguous)
-            for like, (shape, dtype) in zip(likes, outputs, strict=True)
-        ]
-        runnable(*arguments, *made)
-        return made
-
-    return call
 
 
 def chosen(runtime: ApplyRuntime, definition: Definition, workload: Workload, rank_by: Any) -> str:
