@@ -185,12 +185,11 @@ class LocalExecutor:
 
     def run(self, jobs: Sequence[Job], on_result: Callable[[Job, JobResult], None]) -> None:
         self.start()
-        queue: deque[Job] = deque(jobs)
-        self._queue = queue
-        while queue or any(w.job is not None for w in self._workers):
+        self._queue = deque(jobs)
+        while self._queue or any(w.job is not None for w in self._workers):
             for worker in self._workers:
-                if worker.job is None and queue:
-                    self._submit(worker, queue.popleft())
+                if worker.job is None and self._queue:
+                    self._submit(worker, self._queue.popleft())
             busy = [w for w in self._workers if w.job is not None]
             waitables: list[Any] = [w.conn for w in busy]
             next_deadline = min(w.deadline for w in busy)

@@ -210,7 +210,7 @@ class Sandbox:
         torch, fn = self.torch, self._caller(set_ids)
         with torch.no_grad():
             if graph:
-                samples = self._graph_samples(set_ids, graph_calls(len(set_ids)), options)
+                samples = self._graph_samples(fn, set_ids, graph_calls(len(set_ids)), options)
                 if samples is not None:
                     return {"mode": "cuda_graph", "samples_ms": samples}
             timing = time_events_or_clock(
@@ -224,15 +224,15 @@ class Sandbox:
         return {"mode": timing.mode, "samples_ms": timing.samples_ms}
 
     def _graph_samples(
-        self, set_ids: list[int], calls: int, options: dict[str, Any]
+        self, fn: Any, set_ids: list[int], calls: int, options: dict[str, Any]
     ) -> list[float] | None:
-        """Capture ``calls`` calls in one graph, kept for the judge's ``replay``; time its replays.
-        The last call's result is kept too (its memory is the graph's: a replay rewrites it), so
-        that ``replay_check`` can deliver what the graph computes for a value-returning solution."""
+        """Capture ``calls`` calls of ``fn`` (over ``set_ids``) in one graph, kept for the judge's
+        ``replay``; time its replays. The last call's result is kept too (its memory is the
+        graph's: a replay rewrites it), so that ``replay_check`` can deliver what the graph
+        computes for a value-returning solution."""
         from kernelarena.evaluate.timing import capture_graph, time_replays
 
         torch, device = self.torch, self.device
-        fn = self._caller(set_ids)
         last: list[Any] = []
 
         def keep_last(i: int) -> Any:
@@ -317,8 +317,8 @@ def _warm_triton() -> None:
     waits for, warm cache or cold. Most solutions are Triton's: a spare sandbox, which starts ahead
     of its solution, does both before it says it is ready; the first sandbox of a judge, which the
     run's first job waits for, beside that job's build and checks (not its timings), and only for
-    a solution that may use Triton (``_may_use_triton``). Best effort:
-    a failure resurfaces where Triton is really used."""
+    a solution that may use Triton (``_may_use_triton``). Best effort: a failure resurfaces where
+    Triton is really used."""
     with contextlib.suppress(Exception):
         from triton.runtime.cache import triton_key
 

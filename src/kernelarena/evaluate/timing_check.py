@@ -392,7 +392,7 @@ def time_reference(sets: SetMaker, graph: bool, count: int) -> Timing:
                 return time_cuda_graph(
                     lambda i: run(*arguments[i % count]),
                     device,
-                    calls_per_graph=max(20, count),
+                    calls_per_graph=graph_calls(count),
                     budget_ms=REFERENCE_GRAPH_BUDGET_MS,
                 )
             except Exception:  # a reference that cannot be captured: events below
