@@ -13,7 +13,9 @@ under 40 us, where apply runs inside capture and so ranks by GPU time), the medi
 Every provider is called value-returning, as ``kernelarena.ops`` is, through the call apply
 prepares for it (``kernelarena.dispatch.calls.solution_call``): a destination-passing solution gets
 outputs allocated per call exactly as apply allocates them. Inputs rotate over as many sets as fill
-twice the L2 (2 to 16).
+twice the L2 (2 to 16), and outputs with them: every provider's results are held per input set until
+the next call on that set (``kernelarena.evaluate.timing.held_per_set``), as the engine holds them
+for the traces apply ranks by, so no provider writes into a block the previous call just freed.
 
 Per shape: the best direct solution by each figure, the solution apply chose (its tables: the
 traces of this GPU, else borrowed ones), apply's figure and its ratio to the best. Bar (issue 18):
@@ -50,6 +52,7 @@ from kernelarena.dispatch.table import shape_key
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
 from kernelarena.evaluate.runner import select_definitions
+from kernelarena.evaluate.timing import held_per_set
 
 BAR = 1.03
 
@@ -168,9 +171,9 @@ def providers(
             continue
         name = solution.name.removeprefix(definition.name + "_")
         call, _ = solution_call(runnable, binding)  # value style: always a returning call
-        found[name] = lambda i, call=call: call(*sets[i % len(sets)])
+        found[name] = held_per_set(lambda i, call=call: call(*sets[i % len(sets)]), len(sets))[0]
     operator = next(op for op in ops.OPERATORS.values() if definition.name in op.definitions)
-    found["apply"] = lambda i: operator(*sets[i % len(sets)])
+    found["apply"] = held_per_set(lambda i: operator(*sets[i % len(sets)]), len(sets))[0]
     return found
 
 

@@ -15,6 +15,7 @@ from kernelarena.evaluate import timing as timing_module
 from kernelarena.evaluate.timing import (
     Timing,
     prefers_graph,
+    held_per_set,
     probe_cuda_graph,
     summarize,
     time_cuda_graph,
@@ -195,3 +196,25 @@ def test_a_forged_time_is_rejected_by_the_second_look_too(monkeypatch: pytest.Mo
 def test_an_agreeing_report_takes_no_second_look(monkeypatch: pytest.MonkeyPatch) -> None:
     (clock, note), spans = _second_look(monkeypatch, first_ms=0.011, second_ms=5.0)
     assert clock.eager_call_ms == 0.011 and note == "" and spans == []
+
+
+def test_value_results_are_held_per_set_so_outputs_rotate_as_destinations_do() -> None:
+    """A value-returning solution's result dropped at once would hand its memory to the next call
+    (writes kept in the L2); held per set, as many results are alive as a destination-passing
+    solution has output buffers, and each slot holds the latest call on its set."""
+
+    alive: set[int] = set()
+
+    class Result:
+        def __init__(self, call: int) -> None:
+            self.call = call
+            alive.add(call)
+
+        def __del__(self) -> None:
+            alive.discard(self.call)
+
+    held, results = held_per_set(Result, 3)
+    returned = [held(i).call for i in range(10)]
+    assert returned == list(range(10))
+    assert alive == {7, 8, 9}
+    assert [r.call for r in results] == [9, 7, 8]  # slot k: the latest call on set k

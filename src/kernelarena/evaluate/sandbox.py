@@ -227,27 +227,23 @@ class Sandbox:
         self, fn: Any, set_ids: list[int], calls: int, options: dict[str, Any]
     ) -> list[float] | None:
         """Capture ``calls`` calls of ``fn`` (over ``set_ids``) in one graph, kept for the judge's
-        ``replay``; time its replays. The last call's result is kept too (its memory is the
+        ``replay``; time its replays. A value-returning solution's results are held per set
+        (``held_per_set``), so its outputs rotate through fresh memory as a destination-passing
+        solution's do; the last call's result is kept after the capture (its memory is the
         graph's: a replay rewrites it), so that ``replay_check`` can deliver what the graph
-        computes for a value-returning solution."""
-        from kernelarena.evaluate.timing import capture_graph, time_replays
+        computes."""
+        from kernelarena.evaluate.timing import capture_graph, held_per_set, time_replays
 
         torch, device = self.torch, self.device
-        last: list[Any] = []
-
-        def keep_last(i: int) -> Any:
-            result = fn(i)
-            if i == calls - 1:
-                last[:] = [result]
-            return result
-
+        held, results = held_per_set(fn, len(set_ids))
         try:
-            graph = capture_graph(keep_last, device, calls=calls, warmup=options["warmup"])
+            graph = capture_graph(held, device, calls=calls, warmup=options["warmup"])
         except Exception:  # not capturable: host syncs, allocations outside the graph pool
             torch.cuda.synchronize(device)
             return None
         self.graph, self.graph_calls = graph, calls
-        self.graph_last = (set_ids[(calls - 1) % len(set_ids)], last[0] if last else None)
+        last = (calls - 1) % len(set_ids)
+        self.graph_last = (set_ids[last], results[last])
         timing = time_replays(graph, device, calls, budget_ms=options.get("graph_budget_ms"))
         return timing.samples_ms
 
@@ -255,13 +251,17 @@ class Sandbox:
         """``count`` calls over the sets in turn, back to back, then the device synchronized: the
         judge's clock runs around this request. With ``deliver``, each set is called once and a
         value-returning solution's results land in the judge's buffers."""
-        fn = self._caller(set_ids)
+        from kernelarena.evaluate.timing import held_per_set
+
+        fn, results = held_per_set(self._caller(set_ids), len(set_ids))
         with self.torch.no_grad():
-            results = [fn(i) for i in range(count)]
+            for i in range(count):
+                fn(i)
             self._sync()
             if deliver and not self.runnable.destination_passing_style:
                 for set_id, result in zip(set_ids, results, strict=False):
-                    self._deliver(self.sets[set_id], result)
+                    if result is not None:
+                        self._deliver(self.sets[set_id], result)
                 self._sync()
         return {"ok": True}
 
