@@ -14,8 +14,8 @@ import torch
 from kernelarena.evaluate import timing as timing_module
 from kernelarena.evaluate.timing import (
     Timing,
-    prefers_graph,
     held_per_set,
+    prefers_graph,
     probe_cuda_graph,
     summarize,
     time_cuda_graph,
