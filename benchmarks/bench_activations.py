@@ -13,17 +13,15 @@ reads rows * hidden and writes rows * hidden / 2 elements. GB/s = bytes / median
 
 Every provider is checked once per case against the definition's reference (float32, on the GPU)
 under the definition's tolerance before it is timed; one that fails or raises is reported and
-skipped. Cases under 40 us are timed as CUDA graph replays of 20 calls (the harness), rotating
-through up to 20 input sets sized to 3x the L2 together: cold at 4096x4096 (32 MB of input a set),
-but at 128x4096 the 20 sets (20 MB) stay in the 50-60 MB L2 for every provider alike, as an
-activation just written by the previous GEMM would. Larger cases flush L2 between calls.
-
-Outputs: the peers allocate theirs on every call and the caching allocator typically hands them the
-block the previous call freed (inside a graph too), so they write to the same addresses every time,
-often still in L2. Ours (destination-passing style) get the same: one output tensor for every input
-set. (Until 2026-11-22 each input set had its own output, 16 MB of fresh destinations per call at
-4096x4096 against the peers' one reused block.) The Triton solutions tune their tiles on the first
-call, which the correctness check makes, outside the timing.
+skipped. Cases under 40 us are timed as CUDA graph replays (the harness), larger ones with CUDA
+events, the L2 flushed between calls. Inputs rotate over as many sets as fill twice the L2 (2 to
+64) and each graph reads every set once, as the engine times the traces apply ranks by; outputs
+rotate with them: ours (destination-passing style) write each set's own, and a peer's results are
+held per set until the next call on that set (``kernelarena.evaluate.timing.held_per_set``), so no
+provider writes into a block the previous call just freed, which keeps its writes in the L2. (Until
+2026-11-25 up to 20 sets filled three times the L2, so at 128x4096 they stayed in it, and every
+provider wrote one shared output.) The Triton solutions tune their tiles on the first call, which
+the correctness check makes, outside the timing.
 
 Bars (issue 6, bf16): at 32768x8192 at least 90% of the copy bandwidth measured in the same run; at
 4096x4096 and 128x4096 at least as fast as the best of compile and Liger. The summary printed last
@@ -37,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import os
 import subprocess
 import sys
@@ -49,6 +46,7 @@ import torch
 
 from kernelarena.build import DependencyMissing, Runnable
 from kernelarena.data import Tolerance
+from kernelarena.evaluate.timing import graph_calls, held_per_set
 from kernelarena.testing import build, library_definition, reference
 
 try:
@@ -65,7 +63,6 @@ SHAPES_OTHER = [("fp16", 32768, 8192), ("fp32", 32768, 8192)]
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SOLUTIONS = {"triton": "triton", "cuda": "cuda", "eager": "torch_eager", "compile": "torch_compile"}
 CUDA_SOURCES = ("scale_bf16", "silu_and_mul_bf16", "gelu_and_mul_bf16")  # one build per .cu file
-GRAPH_CALLS = 20  # harness.time_cuda_graph captures fn(0) .. fn(19)
 
 
 def bytes_moved(op: str, rows: int, hidden: int, itemsize: int) -> int:
@@ -143,12 +140,11 @@ def failing(message: str) -> Callable[[int], Any]:
 
 
 def make_providers(
-    op: str, suffix: str, rows: int, hidden: int, l2_bytes: int, device: torch.device
+    op: str, suffix: str, rows: int, hidden: int, device: torch.device
 ) -> dict[str, Callable[[int], Any]]:
     name = f"{op}_{suffix}"
     dtype = DTYPES[suffix]
-    case_bytes = bytes_moved(op, rows, hidden, dtype.itemsize)
-    sets = max(1, min(GRAPH_CALLS, math.ceil(3 * l2_bytes / case_bytes)))
+    sets = harness.rotated_sets(bytes_moved(op, rows, hidden, dtype.itemsize), device)
     out_cols = hidden // 2 if op in GATED else hidden
     try:
         generator = torch.Generator(device=device).manual_seed(rows * 7 + hidden)
@@ -156,8 +152,8 @@ def make_providers(
             torch.randn(rows, hidden, generator=generator, device=device).to(dtype)
             for _ in range(sets)
         ]
-        # One destination for every input set, as the peers' allocations get (docstring).
-        out = torch.empty(rows, out_cols, dtype=dtype, device=device)
+        # Every input set its own destination; the peers' results held per set (docstring).
+        outs = [torch.empty(rows, out_cols, dtype=dtype, device=device) for _ in range(sets)]
         extra: tuple[Any, ...] = () if op in GATED else (1.5,)
         expected = reference(name)["run"](xs[0], *extra)
     except Exception as error:  # out of memory, most likely: the case is reported, the run goes on
@@ -167,7 +163,8 @@ def make_providers(
     def checked(
         provider: str, call: Callable[[int], Any], into: torch.Tensor | None
     ) -> Callable[[int], Any]:
-        """Run once on input set 0 (outputs poisoned first), compare, then hand back ``call``."""
+        """Run once on input set 0 (outputs poisoned first), compare, then hand back ``call``
+        with its results held per input set."""
         try:
             if into is not None:
                 into.fill_(float("nan"))
@@ -177,7 +174,9 @@ def make_providers(
             problem = mismatch(into if into is not None else result, expected, tolerance)
         except Exception as error:
             problem = f"{type(error).__name__}: {error}"
-        return call if problem is None else failing(f"{provider} is wrong: {problem}")
+        if problem is not None:
+            return failing(f"{provider} is wrong: {problem}")
+        return held_per_set(call, sets)[0]
 
     providers: dict[str, Callable[[int], Any]] = {}
     for provider, suffix_name in SOLUTIONS.items():
@@ -190,8 +189,8 @@ def make_providers(
             providers[provider] = failing(f"build: {error}"[:300])
             continue
         if run.destination_passing_style:
-            call = (lambda r: lambda i: r(xs[i % sets], *extra, out))(run)
-            providers[provider] = checked(provider, call, out)
+            call = (lambda r: lambda i: r(xs[i % sets], *extra, outs[i % sets]))(run)
+            providers[provider] = checked(provider, call, outs[0])
         else:
             call = (lambda r: lambda i: r(xs[i % sets], *extra))(run)
             providers[provider] = checked(provider, call, None)
@@ -217,24 +216,25 @@ def _skipped(message: str) -> Callable[[int], Any]:
 
 
 def cases(
-    ops: tuple[str, ...], shapes: list[tuple[str, int, int]], l2_bytes: int, device: torch.device
+    ops: tuple[str, ...], shapes: list[tuple[str, int, int]], device: torch.device
 ) -> list[tuple[harness.Case, Any]]:
     made = []
     total = len(ops) * len(shapes)
     progress = itertools.count(1)
     for op in ops:
         for suffix, rows, hidden in shapes:
-            itemsize = DTYPES[suffix].itemsize
+            moved = bytes_moved(op, rows, hidden, DTYPES[suffix].itemsize)
             label = f"{op} {suffix} {rows}x{hidden}"
             case = harness.Case(
                 label,
                 {"op": op, "dtype": suffix, "rows": rows, "hidden": hidden},
-                bytes_moved=bytes_moved(op, rows, hidden, itemsize),
+                bytes_moved=moved,
+                graph_calls=graph_calls(harness.rotated_sets(moved, device)),
             )
 
             def factory(op=op, suffix=suffix, rows=rows, hidden=hidden, label=label):
                 print(f"[{next(progress)}/{total}] {label}", file=sys.stderr, flush=True)
-                return make_providers(op, suffix, rows, hidden, l2_bytes, device)
+                return make_providers(op, suffix, rows, hidden, device)
 
             made.append((case, factory))
     return made
@@ -306,18 +306,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if args.cpu_check:
         os.environ["TRITON_INTERPRET"] = "1"  # before any solution module defines a kernel
-        device, l2_bytes, write = torch.device("cpu"), 1 << 20, False
+        device, write = torch.device("cpu"), False
         shapes = [(s, max(1, r // 256), h // 16) for s, r, h in shapes]
     elif torch.cuda.is_available():
         device, write = torch.device("cuda"), not args.no_write
-        l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
         compile_cuda_in_parallel()
     else:
         print("bench_activations: needs a CUDA GPU (or --cpu-check)", file=sys.stderr)
         return 2
-    report = harness.run(
-        "activations", cases(ops, shapes, l2_bytes, device), device=device, write=write
-    )
+    report = harness.run("activations", cases(ops, shapes, device), device=device, write=write)
     print_plans()
     summary(report)
     elapsed = time.perf_counter() - started

@@ -41,7 +41,6 @@ tune their launch plans on the first call, which the correctness check makes, ou
 from __future__ import annotations
 
 import argparse
-import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -74,16 +73,6 @@ PEERS = {"eager": "torch_eager", "compile": "torch_compile", "liger": "liger"}
 OURS = {"triton": "triton", "cuda": "cuda"}
 OPERATORS = ("rmsnorm", "fused_add_rmsnorm", "layernorm")
 BARS = [(32768, 8192), (4096, 4096), (128, 4096)]
-MAX_SETS = 64  # as the engine's rotation (evaluate.timing_check.rotation)
-
-
-def rotated_sets(moved: float, device: torch.device) -> int:
-    """As many input sets as fill twice the L2 (2 to 64), as the engine rotates for its traces:
-    one methodology, so that a peer's trace and this benchmark's figure compare (issue 18)."""
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
-    return max(2, min(MAX_SETS, math.ceil(2 * l2 / moved)))
-
-
 FAILS_CHECK = " (fails check)"
 
 
@@ -201,7 +190,7 @@ def _case(op: str, suffix: str, rows: int, hidden: int, providers: dict[str, str
     itemsize = DTYPES[suffix].itemsize
     moved = bytes_moved(op, rows, hidden, itemsize)
     label = f"{op} {suffix} {rows}x{hidden}"
-    count = rotated_sets(moved, device)
+    count = harness.rotated_sets(moved, device)
     case = harness.Case(
         label,
         {"op": op, "dtype": suffix, "rows": rows, "hidden": hidden},
