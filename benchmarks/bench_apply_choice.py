@@ -12,10 +12,11 @@ about 2 ms (20 to 1000), synchronized at its end, the providers interleaved roun
 under 40 us, where apply runs inside capture and so ranks by GPU time), the median of 3 passes.
 Every provider is called value-returning, as ``kernelarena.ops`` is, through the call apply
 prepares for it (``kernelarena.dispatch.calls.solution_call``): a destination-passing solution gets
-outputs allocated per call exactly as apply allocates them. Inputs rotate over as many sets as fill
-twice the L2 (2 to 16), and outputs with them: every provider's results are held per input set until
-the next call on that set (``kernelarena.evaluate.timing.held_per_set``), as the engine holds them
-for the traces apply ranks by, so no provider writes into a block the previous call just freed.
+outputs allocated per call exactly as apply allocates them. As the engine times the traces apply
+ranks by: inputs rotate over as many sets as fill twice the L2 with their outputs (2 to 64), every
+set once per graph, and outputs rotate with them: every provider's results are held per input set
+until the next call on that set (``kernelarena.evaluate.timing.held_per_set``), so no provider
+writes into a block the previous call just freed.
 
 Per shape: the best direct solution by each figure, the solution apply chose (its tables: the
 traces of this GPU, else borrowed ones), apply's figure and its ratio to the best. Bar (issue 18):
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -52,7 +54,7 @@ from kernelarena.dispatch.table import shape_key
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
 from kernelarena.evaluate.runner import select_definitions
-from kernelarena.evaluate.timing import held_per_set
+from kernelarena.evaluate.timing import graph_calls, held_per_set
 
 BAR = 1.03
 
@@ -147,9 +149,13 @@ def input_sets(
         return [made[name] for name in definition.inputs]
 
     first = one(0)
-    size = sum(a.numel() * a.element_size() for a in first if isinstance(a, torch.Tensor)) or 1
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    return [first] + [one(k) for k in range(1, max(2, min(16, 2 * l2 // size)))]
+    written = [
+        math.prod(definition.shape_of(spec, axes) or ()) * spec.dtype.to_torch().itemsize
+        for spec in definition.outputs.values()
+        if spec.aliases is None
+    ]
+    size = sum(a.numel() * a.element_size() for a in first if isinstance(a, torch.Tensor))
+    return [first] + [one(k) for k in range(1, harness.rotated_sets(size + sum(written), device))]
 
 
 def providers(
@@ -205,7 +211,11 @@ def measure(names: list[str] | None, write: bool) -> list[dict[str, Any]]:
             if "apply" not in eager or len(eager) < 2:
                 print("  nothing to compare: apply or every solution failed")
                 continue
-            case = harness.Case(label, {"definition": definition.name, **workload.axes})
+            case = harness.Case(
+                label,
+                {"definition": definition.name, **workload.axes},
+                graph_calls=graph_calls(len(sets)),
+            )
             gpu = timed_on_gpu(case, found, ceilings)
             rows.append(_row(runtime, definition, workload, eager, gpu))
             del found, sets
