@@ -259,9 +259,9 @@ class Sandbox:
                 fn(i)
             self._sync()
             if deliver and not self.runnable.destination_passing_style:
-                for set_id, result in zip(set_ids, results, strict=False):
-                    if result is not None:
-                        self._deliver(self.sets[set_id], result)
+                called = set_ids[:count]  # a slot holds None until its set is called
+                for set_id, result in zip(called, results, strict=False):
+                    self._deliver(self.sets[set_id], result)
                 self._sync()
         return {"ok": True}
 
