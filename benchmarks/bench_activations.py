@@ -46,7 +46,7 @@ import torch
 
 from kernelarena.build import DependencyMissing, Runnable
 from kernelarena.data import Tolerance
-from kernelarena.evaluate.timing import graph_calls, held_per_set
+from kernelarena.evaluate.timing import graph_calls, held_per_set, sets_filling_l2
 from kernelarena.testing import build, library_definition, reference
 
 try:
@@ -144,7 +144,7 @@ def make_providers(
 ) -> dict[str, Callable[[int], Any]]:
     name = f"{op}_{suffix}"
     dtype = DTYPES[suffix]
-    sets = harness.rotated_sets(bytes_moved(op, rows, hidden, dtype.itemsize), device)
+    sets = sets_filling_l2(bytes_moved(op, rows, hidden, dtype.itemsize), device)
     out_cols = hidden // 2 if op in GATED else hidden
     try:
         generator = torch.Generator(device=device).manual_seed(rows * 7 + hidden)
@@ -229,7 +229,7 @@ def cases(
                 label,
                 {"op": op, "dtype": suffix, "rows": rows, "hidden": hidden},
                 bytes_moved=moved,
-                graph_calls=graph_calls(harness.rotated_sets(moved, device)),
+                graph_calls=graph_calls(sets_filling_l2(moved, device)),
             )
 
             def factory(op=op, suffix=suffix, rows=rows, hidden=hidden, label=label):

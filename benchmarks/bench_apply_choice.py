@@ -54,7 +54,7 @@ from kernelarena.dispatch.table import shape_key
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
 from kernelarena.evaluate.runner import select_definitions
-from kernelarena.evaluate.timing import graph_calls, held_per_set
+from kernelarena.evaluate.timing import graph_calls, held_per_set, sets_filling_l2
 
 BAR = 1.03
 
@@ -155,7 +155,7 @@ def input_sets(
         if spec.aliases is None
     ]
     size = sum(a.numel() * a.element_size() for a in first if isinstance(a, torch.Tensor))
-    return [first] + [one(k) for k in range(1, harness.rotated_sets(size + sum(written), device))]
+    return [first] + [one(k) for k in range(1, sets_filling_l2(size + sum(written), device))]
 
 
 def providers(

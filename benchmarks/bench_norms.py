@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from kernelarena.build import DependencyMissing, build_solution
-from kernelarena.evaluate.timing import graph_calls, held_per_set
+from kernelarena.evaluate.timing import graph_calls, held_per_set, sets_filling_l2
 from kernelarena.library.fused_add_rmsnorm import OPERATOR as FUSED
 from kernelarena.library.fused_add_rmsnorm import OPERATOR_INPLACE as FUSED_INPLACE
 from kernelarena.library.layernorm import OPERATOR as LAYERNORM
@@ -190,7 +190,7 @@ def _case(op: str, suffix: str, rows: int, hidden: int, providers: dict[str, str
     itemsize = DTYPES[suffix].itemsize
     moved = bytes_moved(op, rows, hidden, itemsize)
     label = f"{op} {suffix} {rows}x{hidden}"
-    count = harness.rotated_sets(moved, device)
+    count = sets_filling_l2(moved, device)
     case = harness.Case(
         label,
         {"op": op, "dtype": suffix, "rows": rows, "hidden": hidden},

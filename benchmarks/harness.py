@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import re
@@ -34,16 +33,6 @@ RESULTS = Path(__file__).parent / "results"
 
 class Unsupported(Exception):
     """A provider that cannot run a case (missing package, unsupported shape); reported, not fatal."""
-
-
-MAX_SETS = 64  # as the engine's rotation (evaluate.timing_check.rotation)
-
-
-def rotated_sets(moved: float, device: torch.device) -> int:
-    """As many input sets as fill twice the L2 (2 to 64), as the engine rotates for its traces:
-    one methodology, so that a peer's trace and a benchmark's figure compare (issue 18)."""
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
-    return max(2, min(MAX_SETS, math.ceil(2 * l2 / moved)))
 
 
 @dataclass

@@ -7,6 +7,7 @@ are made first and never counted. ``summarize`` gives the median and the 20th/80
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -168,6 +169,20 @@ def graph_calls(sets: int) -> int:
     """Calls in the graph a timing captures over ``sets`` input sets: every set at least once, and
     at least 20 calls (the judge computes the same to know which set a graph's last call used)."""
     return max(20, sets)
+
+
+MAX_ROTATED_SETS = 64
+
+
+def sets_filling_l2(set_bytes: float, device: torch.device) -> int:
+    """How many input sets of ``set_bytes`` (inputs and outputs) fill twice the L2, so that a graph
+    reading each once finds none of them there: at least 2, at most ``MAX_ROTATED_SETS``; 2 off
+    the GPU. The engine's rotation, and the benchmarks', so that a trace and a benchmark's figure
+    for the same solution compare."""
+    if device.type != "cuda":
+        return 2
+    l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
+    return max(2, min(MAX_ROTATED_SETS, math.ceil(2 * l2_bytes / max(set_bytes, 1))))
 
 
 def held_per_set(fn: Call, sets: int) -> tuple[Call, list[Any]]:

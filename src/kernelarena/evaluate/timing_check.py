@@ -46,6 +46,7 @@ from kernelarena.evaluate.shared_sets import (
 from kernelarena.evaluate.timing import (
     Timing,
     graph_calls,
+    sets_filling_l2,
     time_cuda_graph,
     time_events_or_clock,
 )
@@ -87,7 +88,7 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
         expect_success(reply)
         graph = reply.get("graph") is True
     if graph:
-        count = rotation(timed[0], sets.device)
+        count = sets_filling_l2(timed[0].bytes, sets.device)
         timed += sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2, count)])
     reply = sets.sandbox.request(
         "time", [s.id for s in (timed if graph else timed[:2])], options, graph
@@ -153,12 +154,6 @@ def agreed_clock(
         clock = judge_clock(sets, rotated, reported, SECOND_LOOK_SPAN)
         check_reported(reported, clock, floor_ms)
         return clock, f"a second look agreed, over {SECOND_LOOK_SPAN:g}x the span, after: {first}"
-
-
-def rotation(shared: SharedSet, device: torch.device) -> int:
-    """How many input sets fill twice the L2 (at least 2, at most 64)."""
-    l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
-    return max(2, min(64, -(-2 * l2_bytes // max(shared.bytes, 1))))
 
 
 def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> float:
