@@ -21,7 +21,7 @@ import torch
 import kernelarena
 import kernelarena.ops as ops
 from kernelarena.dispatch.apply import CallSite
-from kernelarena.dispatch.calls import solution_call
+from kernelarena.dispatch.calls import capture_check, solution_call
 from kernelarena.dispatch.signature import bind_call
 from kernelarena.dispatch.table import shape_key
 
@@ -93,6 +93,7 @@ def main() -> None:
     tiny = torch.randn(4, device=device)
     pieces = {
         "torch.cuda.is_current_stream_capturing": torch.cuda.is_current_stream_capturing,
+        "capture_check (apply's query)": capture_check(device),
         "torch.compiler.is_compiling": torch.compiler.is_compiling,
         "tensor.shape": lambda: tiny.shape,
         "tensor.device": lambda: tiny.device,

@@ -84,3 +84,25 @@ def test_inside_cuda_graph_capture_apply_runs_the_gpu_time_winner() -> None:
     torch.cuda.synchronize()
     assert ran[2:] == ["triton"]
     assert_close(captured, expected, 1e-2, 1e-2)
+
+
+def test_capture_check_answers_on_every_stream() -> None:
+    """apply's capture query: False on the default stream and on a side stream outside capture,
+    True inside ``torch.cuda.graph`` (which captures a side stream), on the tensor's device."""
+    from kernelarena.dispatch.calls import capture_check
+
+    capturing = capture_check(torch.device("cuda", 0))
+    assert capturing is not None
+    assert capturing() is False
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert capturing() is False
+    seen: list[bool] = []
+    x = torch.zeros(4, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        seen.append(capturing())
+        x.add_(1)
+    assert seen == [True]
+    assert capturing() is False
+    assert capture_check(torch.device("cpu")) is None
