@@ -3,11 +3,12 @@
     python scripts/probe_small_shape_timing.py       # on a GPU machine
 
 Per solution of ``rmsnorm_bf16``, three passes each of: replays over input sets from the caching
-allocator (as ``benchmarks/bench_norms.py`` makes them), over sets carved from one contiguous buffer
-(as the engine's arena lays them out), and over the allocator's sets with the GPU kept busy
-(``torch.cuda._sleep``) while the host submits the graph, so that the graph's launch falls outside
-the timed span; and the host's time to launch the graph. Timing as ``evaluate.timing`` does it:
-as many sets as fill twice the L2, every set once per graph, results held per set.
+allocator (as ``benchmarks/bench_norms.py`` makes them), over sets copied into the engine's arena
+(``evaluate.arena.Arena``, as the judge shares them with a sandbox), and over the allocator's sets
+with the GPU kept busy (``torch.cuda._sleep``) while the host submits the graph, so that the
+graph's launch falls outside the timed span; and the host's time to launch the graph. Timing as
+``evaluate.timing`` does it: as many sets as fill twice the L2, every set once per graph, results
+held per set.
 """
 
 from __future__ import annotations
@@ -19,11 +20,17 @@ from typing import Any
 import torch
 
 from kernelarena.build import Runnable, build_solution
-from kernelarena.evaluate.timing import capture_graph, graph_calls, held_per_set, sets_filling_l2
+from kernelarena.evaluate.arena import Arena
+from kernelarena.evaluate.timing import (
+    capture_graph,
+    graph_calls,
+    held_per_set,
+    sets_filling_l2,
+    time_replays,
+)
 from kernelarena.library import load_library
 
 ROWS, HIDDEN, EPS = 128, 4096, 1e-6
-ALIGNMENT = 256  # the arena's
 Sets = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
@@ -36,22 +43,15 @@ def allocator_sets(count: int, device: torch.device) -> Sets:
     return [one() for _ in range(count)]
 
 
-def contiguous_sets(count: int, device: torch.device) -> Sets:
-    x_bytes, w_bytes = ROWS * HIDDEN * 2, HIDDEN * 2
-    w_span = -(-w_bytes // ALIGNMENT) * ALIGNMENT
-    per_set = 2 * x_bytes + w_span
-    buffer = torch.empty(per_set * count, dtype=torch.uint8, device=device)
+def arena_sets(count: int, device: torch.device) -> tuple[Sets, Arena]:
+    """Fresh draws copied into the engine's arena (``evaluate.arena.Arena.share``), one set after
+    another as the judge lays them out; the arena must outlive the sets."""
+    arena = Arena(device)
     sets = []
-    for k in range(count):
-        base = k * per_set
-        x = buffer[base : base + x_bytes].view(torch.bfloat16).view(ROWS, HIDDEN)
-        weight = buffer[base + x_bytes : base + x_bytes + w_bytes].view(torch.bfloat16)
-        start = base + x_bytes + w_span
-        out = buffer[start : start + x_bytes].view(torch.bfloat16).view(ROWS, HIDDEN)
-        x.normal_()
-        weight.normal_()
-        sets.append((x, weight, out))
-    return sets
+    for x, weight, out in allocator_sets(count, device):
+        (shared_x, shared_weight, shared_out), _ = arena.share([x, weight, out])
+        sets.append((shared_x, shared_weight, shared_out))
+    return sets, arena
 
 
 def graph_of(solution: Runnable, sets: Sets, device: torch.device) -> Any:
@@ -69,14 +69,16 @@ def graph_of(solution: Runnable, sets: Sets, device: torch.device) -> Any:
 
 
 def replay_us(graph: Any, calls: int, device: torch.device, sleep_cycles: int = 0) -> float:
-    """Median per-call time of 30 replays, as ``evaluate.timing.time_replays`` takes them."""
+    """Median per-call time of 30 replays: ``evaluate.timing.time_replays`` itself, or its loop with
+    the GPU kept busy for ``sleep_cycles`` before each replay's start event."""
+    if not sleep_cycles:
+        return time_replays(graph, device, calls).median_ms * 1e3
     stream = torch.cuda.current_stream(device)
     samples = []
     for _ in range(30):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
-        if sleep_cycles:
-            torch.cuda._sleep(sleep_cycles)
+        torch.cuda._sleep(sleep_cycles)
         start.record(stream)
         graph.replay()
         end.record(stream)
@@ -106,7 +108,8 @@ def main() -> None:
     definition = library.definitions["rmsnorm_bf16"]
     count = sets_filling_l2(2 * ROWS * HIDDEN * 2 + HIDDEN * 2, device)
     calls = graph_calls(count)
-    allocated, contiguous = allocator_sets(count, device), contiguous_sets(count, device)
+    allocated = allocator_sets(count, device)
+    in_arena, arena = arena_sets(count, device)
     print(f"{count} input sets, {calls} calls a graph")
     for name in ("triton", "cuda", "torch_compile", "liger", "torch_eager"):
         try:
@@ -118,15 +121,16 @@ def main() -> None:
             continue
         spread, packed = (
             graph_of(solution, allocated, device),
-            graph_of(solution, contiguous, device),
+            graph_of(solution, in_arena, device),
         )
         figures = {
             "allocator sets": median_of_passes(spread, calls, device),
-            "contiguous sets": median_of_passes(packed, calls, device),
+            "arena sets": median_of_passes(packed, calls, device),
             "launch outside the span": median_of_passes(spread, calls, device, 200_000),
         }
         shown = ", ".join(f"{k} {v:.3f} us" for k, v in figures.items())
         print(f"{name:14s} {shown}; host launch of the graph {launch_us(spread):.1f} us")
+    arena.close()
 
 
 if __name__ == "__main__":
