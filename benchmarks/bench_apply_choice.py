@@ -9,7 +9,7 @@ Figures, per provider: ``eager``, the wall time per call of a loop of calls (hos
 what apply ranks by outside graph capture): the median of 21 rounds, each as many calls as fill
 about 2 ms (20 to 1000), synchronized at its end, the providers interleaved round by round;
 ``gpu``, the shared harness's GPU time (CUDA events with the L2 flushed, or CUDA graph replays
-under 40 us), the median of 3 passes, with apply ranking by GPU time as a caller who asks for it
+under 40 us), the median of 5 passes, with apply ranking by GPU time as a caller who asks for it
 does (``enable_apply(rank_by="gpu")``; inside CUDA graph capture the default ranking does the
 same, while an event-timed call outside capture would otherwise run the eager winner, whose GPU
 time is not what this figure compares).
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 import time
@@ -53,7 +54,7 @@ from kernelarena.data import Definition, TraceSet, Workload
 from kernelarena.dispatch.calls import solution_call
 from kernelarena.dispatch.runtime import ApplyRuntime
 from kernelarena.dispatch.signature import Binding
-from kernelarena.dispatch.table import shape_key
+from kernelarena.dispatch.table import shape_key, workload_flags
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
 from kernelarena.evaluate.runner import select_definitions
@@ -112,20 +113,23 @@ def timed_eagerly(found: dict[str, Callable[[int], Any]], device: torch.device) 
     return {name: statistics.median(times) for name, times in rounds.items()}
 
 
-GPU_PASSES = 3
+GPU_PASSES = 5
 
 
 def timed_on_gpu(
     case: harness.Case, found: dict[str, Callable[[int], Any]], ceilings: dict[str, float]
 ) -> dict[str, float]:
-    """GPU time per provider: the median of ``GPU_PASSES`` passes of the shared harness, the
-    providers' order rotated by one each pass (a bimodal kernel, as attention prefill is, gave
-    one solution 1873 and 1939 us in passes a minute apart). A provider must time in every pass."""
+    """GPU time per provider: the median of ``GPU_PASSES`` passes of the shared harness (a bimodal
+    kernel, as attention prefill is, gave one solution 1873 and 1939 us in passes a minute
+    apart), the providers in a new order each pass (seeded): rotated by one, every provider
+    follows the same one in every pass, and at compute-bound shapes the work just before a call
+    sets the clocks it runs at. A provider must time in every pass."""
     passes: dict[str, list[float]] = {}
     names = list(found)
-    for index in range(GPU_PASSES):
-        shift = index % len(names)
-        ordered = {n: found[n] for n in names[shift:] + names[:shift]}
+    shuffler = random.Random(len(names))
+    for _ in range(GPU_PASSES):
+        order = shuffler.sample(names, len(names))
+        ordered = {n: found[n] for n in order}
         report = harness.run(
             "apply_choice_gpu",
             [(case, lambda ordered=ordered: ordered)],
@@ -190,7 +194,9 @@ def chosen(runtime: ApplyRuntime, definition: Definition, workload: Workload, ra
     device = torch.device("cuda:0")
     table = runtime.table(definition, device, rank_by)
     solutions = table.choose(
-        shape_key(definition, definition.resolve_axes(workload.axes))
+        shape_key(
+            definition, definition.resolve_axes(workload.axes), workload_flags(definition, workload)
+        )
     ).solutions
     name = solutions[0] if solutions else "fallback"
     return name.removeprefix(definition.name + "_")

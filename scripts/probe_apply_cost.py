@@ -56,7 +56,7 @@ def probe(
     site = site_of(operator)
     call, _ = site.lookup(args)
     binding = bind_call(site.candidates, tuple(args), site.parameters, site.label)
-    key = shape_key(definition, binding.axes)
+    key = shape_key(definition, binding.axes, binding.flags)
     winner = {
         rank: runtime.table(definition, device, rank).choose(key).solutions[0]
         for rank in ("eager", "gpu")

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from kernelarena.data import Definition, Language, Solution, Trace, Workload
 from kernelarena.data.definition import AxisError
 from kernelarena.data.expressions import ExpressionError
-from kernelarena.dispatch.table import Key, Measurement, shape_key
+from kernelarena.dispatch.table import Key, Measurement, shape_key, workload_flags
 
 
 def admitted_for_device(solution: Solution, device_kind: str) -> bool:
@@ -73,7 +73,8 @@ def admitted_timings(
             axes = definition.resolve_axes(trace.workload.axes)
         except (AxisError, ExpressionError):
             continue
-        grouped.setdefault((shape_key(definition, axes), solution), []).append(trace)
+        key = shape_key(definition, axes, workload_flags(definition, trace.workload))
+        grouped.setdefault((key, solution), []).append(trace)
     table: dict[Key, list[Measurement]] = {}
     for (key, solution), group in grouped.items():
         table.setdefault(key, []).append(_combine(solution, group))

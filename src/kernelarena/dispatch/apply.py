@@ -188,7 +188,7 @@ class CallSite:
 
         definition, device = binding.definition, binding.device
         table = runtime.table(definition, device, rank_by)
-        choice = table.choose(shape_key(definition, binding.axes))
+        choice = table.choose(shape_key(definition, binding.axes, binding.flags))
         for name in choice.solutions:
             runnable = runtime.runnable(definition, name, device)
             if runnable is not None:

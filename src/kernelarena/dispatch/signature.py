@@ -9,7 +9,7 @@ decorated function's own parameter names are used in messages.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -41,6 +41,7 @@ class Binding:
     style: Style
     axes: dict[str, int]
     device: torch.device
+    flags: dict[str, bool] = field(default_factory=dict)  # boolean scalar inputs, part of the key
 
 
 def passed_outputs(definition: Definition) -> list[str]:
@@ -84,12 +85,15 @@ def bind_one(
         )
 
     shapes: dict[str, tuple[int, ...] | None] = {}
+    flags: dict[str, bool] = {}
     device: torch.device | None = None
     for position, ((name, spec), value) in enumerate(zip(specs, args, strict=True)):
         if spec.shape is None:
             if not _scalar_ok(value, spec):
                 expected = spec.dtype.python_type.__name__
                 raise fail(position, "type", f"expected a {expected} scalar, got {value!r}")
+            if spec.dtype.python_type is bool:
+                flags[name] = value
             continue
         if not isinstance(value, torch.Tensor):
             raise fail(
@@ -121,7 +125,7 @@ def bind_one(
             raise fail(position, "shape", f"shape {tuple(value.shape)}, expected {wanted}")
     if device is None:
         device = torch.device("cpu")
-    return Binding(definition, style, axes, device)
+    return Binding(definition, style, axes, device, flags)
 
 
 def bind_call(
@@ -194,7 +198,8 @@ def key_functions(
     candidates: Sequence[Definition], include_scalars: bool, entries: dict[Any, Any]
 ) -> tuple[Callable[[tuple[Any, ...]], tuple[Any, ...]], Callable[[tuple[Any, ...]], Any]]:
     """``key_of(args)``: the argument count, the first tensor's device, every tensor's shape and
-    dtype (and scalar values when tracing); ``lookup(args)``: ``entries[key_of(args)]`` in one
+    dtype, every boolean scalar's value (it selects what the call computes: part of the table's
+    key), and every other scalar's value when tracing; ``lookup(args)``: ``entries[key_of(args)]`` in one
     frame. Equal keys mean equal checks, so a call whose key was seen before needs no checking.
     Generated as straight-line code: on the hot path a loop over argument descriptions would cost
     more than the whole budget of a microsecond."""
@@ -204,7 +209,10 @@ def key_functions(
             specs = argument_specs(definition, style)
             slots = kinds.setdefault(len(specs), [set() for _ in specs])
             for slot, (_, spec) in zip(slots, specs, strict=True):
-                slot.add("scalar" if spec.shape is None else "tensor")
+                if spec.shape is not None:
+                    slot.add("tensor")
+                else:
+                    slot.add("flag" if spec.dtype.python_type is bool else "scalar")
     branches: list[tuple[int, list[str], list[str]]] = []
     for count, slots in sorted(kinds.items()):
         tensors = [i for i, s in enumerate(slots) if s == {"tensor"}]
@@ -212,9 +220,9 @@ def key_functions(
         for i, slot in enumerate(slots):
             if slot == {"tensor"}:
                 parts += [f"x{i}.shape", f"x{i}.dtype"]
-            elif slot != {"scalar"}:
+            elif "tensor" in slot:
                 parts.append(f"_describe(a[{i}])")
-            elif include_scalars:
+            elif include_scalars or "flag" in slot:
                 parts.append(f"a[{i}]")
         branches.append((count, [f"x{i} = a[{i}]" for i in tensors], parts))
     namespace: dict[str, Any] = {

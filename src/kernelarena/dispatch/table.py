@@ -9,7 +9,9 @@ The rules, in the order they apply (docs/apply.md says the same for users):
    checked against the copy inside the trace); on a CPU only Python solutions that target ``cpu``
    (Triton runs on a CPU only under its interpreter, which a production process does not use).
 2. Shape key: the values of the definition's free var axes, in declaration order (derived axes
-   follow from them).
+   follow from them), then the value (0 or 1) of each boolean scalar input: such a flag selects a
+   variant of the computation (attention's causal mask does half the work), while numeric scalars
+   (eps, scales) leave the work as it is and stay out of the key.
 3. One measurement per (solution, key): per workload the latest trace; across workloads at the
    same key (re-runs, workloads that differ only in params such as a row stride) the median of
    their medians, and likewise of their 20th and 80th percentiles and eager per-call times.
@@ -30,7 +32,7 @@ The rules, in the order they apply (docs/apply.md says the same for users):
    measured at the most keys.
 7. A key never measured: the nearest measured key by power-of-two buckets (``bucket(v) =
    v.bit_length()``, so 0, 1, 2-3, 4-7, ...); a measured key is near when every axis is within
-   ``NEAR_BUCKETS`` buckets; the nearest has the smallest sum of bucket distances, then the
+   ``NEAR_BUCKETS`` buckets and every flag equal; the nearest has the smallest sum of bucket distances, then the
    smallest sum of |log2| ratios of the values, then the smallest key. No near key: the
    definition-wide best. Nothing measured: the fallback.
 """
@@ -41,13 +43,13 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, PrivateAttr
 
-from kernelarena.data import Definition
+from kernelarena.data import Definition, Workload
 
-FORMAT = 2
+FORMAT = 3
 NEAR_BUCKETS = 1
 Key = tuple[int, ...]
 RankBy = Literal["eager", "gpu"]
@@ -93,6 +95,7 @@ class ApplyTable(BaseModel):
     rank_by: RankBy = "gpu"
     borrowed_from: str | None = None  # the measured model whose traces decide, when not its own
     axes: list[str]
+    flags: list[str] = []  # boolean scalar inputs, after the axes in every key
     digest: str
     entries: list[KeyEntry]
     scores: dict[str, float]
@@ -116,7 +119,7 @@ class ApplyTable(BaseModel):
         entry = self._by_key.get(key)
         if entry is not None:
             return Choice(_winner_first(entry), "measured", entry.key)
-        near = nearest_key(key, self._by_key)
+        near = nearest_key(key, self._by_key, len(self.flags))
         if near is not None:
             return Choice(_winner_first(self._by_key[near]), "nearest", near)
         if self.definition_best is not None:
@@ -133,7 +136,14 @@ def bucket(value: int) -> int:
     return int(value).bit_length()
 
 
-def nearest_key(key: Key, measured: Iterable[Key]) -> Key | None:
+def nearest_key(key: Key, measured: Iterable[Key], flags: int = 0) -> Key | None:
+    """The nearest of ``measured`` by rule 7; the last ``flags`` values of a key must be equal."""
+    if flags:
+        sized = len(key) - flags
+        same = [k for k in measured if len(k) == len(key) and k[sized:] == key[sized:]]
+        found = nearest_key(key[:sized], [k[:sized] for k in same])
+        return None if found is None else found + key[sized:]
+
     def distance(other: Key) -> tuple[int, float, Key]:
         buckets = sum(abs(bucket(a) - bucket(b)) for a, b in zip(key, other, strict=True))
         ratios = sum(abs(math.log2((a + 1) / (b + 1))) for a, b in zip(key, other, strict=True))
@@ -148,8 +158,35 @@ def nearest_key(key: Key, measured: Iterable[Key]) -> Key | None:
     return min(near, key=distance) if near else None
 
 
-def shape_key(definition: Definition, axes: Mapping[str, int]) -> Key:
-    return tuple(int(axes[name]) for name in definition.free_axes)
+def flag_inputs(definition: Definition) -> list[str]:
+    """The boolean scalar inputs, whose values are part of the key (rule 2)."""
+    return [
+        name
+        for name, spec in definition.inputs.items()
+        if spec.shape is None and spec.dtype.python_type is bool
+    ]
+
+
+def shape_key(
+    definition: Definition, axes: Mapping[str, int], flags: Mapping[str, Any] | None = None
+) -> Key:
+    """Rule 2: the free axes' values, then each boolean scalar input's (``flags``, by input
+    name; one not given counts as False)."""
+    key = tuple(int(axes[name]) for name in definition.free_axes)
+    names = flag_inputs(definition)
+    if not names:
+        return key
+    given = flags or {}
+    return key + tuple(int(bool(given.get(name, False))) for name in names)
+
+
+def workload_flags(definition: Definition, workload: Workload) -> dict[str, bool]:
+    """The boolean scalar inputs' values a workload sets."""
+    values = {}
+    for name in flag_inputs(definition):
+        given = workload.inputs.get(name)
+        values[name] = bool(getattr(given, "value", False))
+    return values
 
 
 def build_table(
@@ -178,6 +215,7 @@ def build_table(
         rank_by=rank_by,
         borrowed_from=borrowed_from,
         axes=list(definition.free_axes),
+        flags=flag_inputs(definition),
         digest=digest,
         entries=[],
         scores=scores,

@@ -40,7 +40,9 @@ def table_view(table: ApplyTable, in_graph: ApplyTable | None = None) -> Table:
             if m.solution != entry.winner
         )
         row = [
-            ", ".join(f"{a}={v}" for a, v in zip(table.axes, entry.key, strict=True)),
+            ", ".join(
+                f"{a}={v}" for a, v in zip([*table.axes, *table.flags], entry.key, strict=True)
+            ),
             _short(entry.winner, table.definition),
             _us(winner.eager_ms),
             _us(winner.median_ms),
