@@ -199,10 +199,10 @@ def key_functions(
 ) -> tuple[Callable[[tuple[Any, ...]], tuple[Any, ...]], Callable[[tuple[Any, ...]], Any]]:
     """``key_of(args)``: the argument count, the first tensor's device, every tensor's shape and
     dtype, every boolean scalar's value (it selects what the call computes: part of the table's
-    key), and every other scalar's value when tracing; ``lookup(args)``: ``entries[key_of(args)]`` in one
-    frame. Equal keys mean equal checks, so a call whose key was seen before needs no checking.
-    Generated as straight-line code: on the hot path a loop over argument descriptions would cost
-    more than the whole budget of a microsecond."""
+    key), and every other scalar's value when tracing; ``lookup(args)``:
+    ``entries[key_of(args)]`` in one frame. Equal keys mean equal checks, so a call whose key was
+    seen before needs no checking. Generated as straight-line code: on the hot path a loop over
+    argument descriptions would cost more than the whole budget of a microsecond."""
     kinds: dict[int, list[set[str]]] = {}
     for definition in candidates:
         for style in styles(definition):

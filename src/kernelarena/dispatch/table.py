@@ -31,10 +31,10 @@ The rules, in the order they apply (docs/apply.md says the same for users):
    fastest everywhere it ran. The definition-wide best is the highest score among the solutions
    measured at the most keys.
 7. A key never measured: the nearest measured key by power-of-two buckets (``bucket(v) =
-   v.bit_length()``, so 0, 1, 2-3, 4-7, ...); a measured key is near when every axis is within
-   ``NEAR_BUCKETS`` buckets and every flag equal; the nearest has the smallest sum of bucket distances, then the
-   smallest sum of |log2| ratios of the values, then the smallest key. No near key: the
-   definition-wide best. Nothing measured: the fallback.
+   v.bit_length()``, so 0, 1, 2-3, 4-7, ...); a measured key is near when every flag is equal
+   and every axis is within ``NEAR_BUCKETS`` buckets; the nearest has the smallest sum of bucket
+   distances, then the smallest sum of |log2| ratios of the values, then the smallest key. No
+   near key: the definition-wide best. Nothing measured: the fallback.
 """
 
 from __future__ import annotations
