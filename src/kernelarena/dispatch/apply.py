@@ -196,7 +196,7 @@ class CallSite:
                     "%s: %s at %s -> %s (%s, by %s time%s)",
                     self.label,
                     definition.name,
-                    binding.axes,
+                    {**binding.axes, **binding.flags},
                     name,
                     choice.reason,
                     rank_by,
