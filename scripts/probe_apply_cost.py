@@ -20,7 +20,6 @@ import torch
 
 import kernelarena
 import kernelarena.ops as ops
-from kernelarena.dispatch.apply import CallSite
 from kernelarena.dispatch.calls import capture_check, solution_call
 from kernelarena.dispatch.signature import bind_call
 from kernelarena.dispatch.table import shape_key
@@ -40,20 +39,12 @@ def per_call_ns(fn: Callable[[], Any], calls: int = 2000, rounds: int = 15) -> f
     return statistics.median(samples)
 
 
-def site_of(operator: Callable[..., Any]) -> CallSite:
-    return next(
-        cell.cell_contents
-        for cell in operator.__closure__ or ()
-        if isinstance(cell.cell_contents, CallSite)
-    )
-
-
 def probe(
     runtime: Any, name: str, operator: Callable[..., Any], args: list[Any], device: torch.device
 ) -> str:
     definition = runtime.trace_set.definitions[name]
     operator(*args)  # prepares the key
-    site = site_of(operator)
+    site = operator.__kernelarena_site__  # type: ignore[attr-defined]
     call, _ = site.lookup(args)
     binding = bind_call(site.candidates, tuple(args), site.parameters, site.label)
     key = shape_key(definition, binding.axes, binding.flags)

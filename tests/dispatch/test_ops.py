@@ -69,6 +69,8 @@ def test_family_operators_and_their_schemas() -> None:
     x = torch.randn(3, 16, dtype=torch.bfloat16)
     assert ops.scale(x, 2.0).dtype == torch.bfloat16  # scale_bf16, by the dtype of x
     assert torch.equal(torch.ops.kernelarena.scale(x, 2.0), ops.scale(x, 2.0))
+    site = ops.scale.__kernelarena_site__  # type: ignore[attr-defined]
+    assert site.lookup((x, 2.0))[0] is not None  # the operator's own call site, the key now known
 
 
 def test_torch_compile_fullgraph_over_operators() -> None:

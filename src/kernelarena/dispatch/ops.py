@@ -216,6 +216,7 @@ def make_operator(
     operator.__qualname__ = operator.__name__ = name
     operator.__doc__ = f"{first.description or name}\n\nDefinitions: {', '.join(names)}."
     operator.custom_op = custom  # type: ignore[attr-defined]
+    operator.__kernelarena_site__ = site  # type: ignore[attr-defined]
     operator.definitions = names  # type: ignore[attr-defined]
     return operator
 
