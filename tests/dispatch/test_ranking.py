@@ -65,6 +65,28 @@ def test_a_key_without_every_eager_figure_is_ranked_by_gpu_time() -> None:
     assert (entry.winner, entry.ranked_by) == (GPU_FAST.name, "gpu")
 
 
+def test_host_submit_time_ranks_eager_calls_as_on_a_slower_host() -> None:
+    """LAUNCH_FAST's 49 us eager call hides 45 us of host work under its GPU time; GPU_FAST's
+    51 us call needs 10 us of host. On a host 1.5x slower the first costs 67.5 us: GPU_FAST wins.
+    Where one candidate has no submit time the key ranks by eager time alone (LAUNCH_FAST)."""
+    trace_set = toy_set(TOY, solutions=[GPU_FAST, LAUNCH_FAST])
+    add(
+        trace_set,
+        timed(TOY, LAUNCH_FAST, SMALL, 47.0, eager_us=49.0, host_us=45.0),
+        timed(TOY, GPU_FAST, SMALL, 48.0, eager_us=51.0, host_us=10.0),
+        timed(TOY, LAUNCH_FAST, LARGE, 47.0, eager_us=49.0, host_us=45.0),
+        timed(TOY, GPU_FAST, LARGE, 48.0, eager_us=51.0),
+    )
+    table = load_or_build(TOY, trace_set, CPU, "cpu", rank_by="eager")
+    small, large = table.entries
+    assert (small.winner, small.ranked_by) == (GPU_FAST.name, "eager")
+    assert small.margin_ms == pytest.approx((1.5 * 45.0 - 51.0) * 1e-3)
+    assert (large.winner, large.ranked_by) == (LAUNCH_FAST.name, "eager")
+    assert large.margin_ms == pytest.approx(2e-3)
+    gpu = load_or_build(TOY, trace_set, CPU, "cpu", rank_by="gpu")
+    assert gpu.entries[0].winner == LAUNCH_FAST.name  # GPU time: 47 against 48 us
+
+
 def test_apply_chooses_by_eager_call_time_outside_graph_capture() -> None:
     kernelarena.enable_apply(measured())
     assert toy(torch.zeros(4, 8), 2.0).eq(2).all()  # LAUNCH_FAST: 8 us a call against 20

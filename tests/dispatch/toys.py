@@ -119,9 +119,10 @@ def timed(
     status: Status = Status.PASSED,
     eager_us: float | None = None,
     copy_gbps: float | None = None,
+    host_us: float | None = None,
 ) -> Trace:
-    """A trace of GPU time ``median_us`` (spread ``spread_us``), eager per-call time ``eager_us``,
-    on ``hardware`` whose copy ceiling was ``copy_gbps``."""
+    """A trace of GPU time ``median_us`` (spread ``spread_us``), eager per-call time ``eager_us``
+    and host submit time ``host_us``, on ``hardware`` whose copy ceiling was ``copy_gbps``."""
     performance = Performance(
         latency_ms=median_us * 1e-3,
         reference_latency_ms=10 * median_us * 1e-3,
@@ -129,6 +130,7 @@ def timed(
         latency_p20_ms=(median_us - spread_us / 2) * 1e-3,
         latency_p80_ms=(median_us + spread_us / 2) * 1e-3,
         eager_call_ms=None if eager_us is None else eager_us * 1e-3,
+        host_submit_ms=None if host_us is None else host_us * 1e-3,
     )
     ceilings = None if copy_gbps is None else {"copy_gbps": copy_gbps}
     environment = Environment(hardware=hardware, ceilings=ceilings)

@@ -33,6 +33,8 @@ def _check(cases: dict[str, tuple[Status, bool, str]], by_solution: dict[str, ob
     first = by_solution["vector_scale_good_first"].evaluation  # type: ignore[attr-defined]
     assert first.status is Status.PASSED
     assert first.performance.latency_ms > 0 and first.performance.sample_count >= 3
+    # The host's submit time of a call, from the sandbox, never above the judge's eager time.
+    assert 0 < first.performance.host_submit_ms <= first.performance.eager_call_ms
 
 
 @pytest.mark.timeout(300)

@@ -218,3 +218,46 @@ def test_value_results_are_held_per_set_so_outputs_rotate_as_destinations_do() -
     assert returned == list(range(10))
     assert alive == {7, 8, 9}
     assert [r.call for r in results] == [9, 7, 8]  # slot k: the latest call on set k
+
+
+class _Sandbox:
+    """Answers "eager" requests with the host times given, one per request, and records them."""
+
+    def __init__(self, host_ms: list[Any]) -> None:
+        self.host_ms = list(host_ms)
+        self.requests: list[tuple[Any, ...]] = []
+
+    def request(self, *message: Any) -> dict[str, Any]:
+        self.requests.append(message)
+        host = self.host_ms.pop(0)
+        return {"ok": True} if host is None else {"ok": True, "host_ms": host}
+
+
+def _submit(host_ms: list[Any], eager_call_ms: float, sets: int = 2) -> tuple[Any, _Sandbox]:
+    from types import SimpleNamespace
+
+    from kernelarena.evaluate.timing_check import host_submit_ms
+
+    sandbox = _Sandbox(host_ms)
+    timed = [SimpleNamespace(id=i) for i in range(sets)]
+    return host_submit_ms(SimpleNamespace(sandbox=sandbox), timed, eager_call_ms), sandbox  # type: ignore[arg-type]
+
+
+def test_the_submit_time_is_the_least_burst_per_call_capped_by_the_judges_clock() -> None:
+    from kernelarena.evaluate.timing_check import SUBMIT_BURST
+
+    figure, sandbox = _submit([0.64, 0.32, 0.48], eager_call_ms=0.05)
+    assert figure == pytest.approx(0.32 / SUBMIT_BURST)
+    assert [m[:3] for m in sandbox.requests] == [("eager", [0, 1], SUBMIT_BURST)] * 3
+    figure, _ = _submit([0.0, 0.0, 0.0], eager_call_ms=0.05)  # a forged 0 costs its claimant
+    assert figure == 0.0
+    figure, _ = _submit([9.0, 9.0, 9.0], eager_call_ms=0.05)  # never above the judge's eager time
+    assert figure == 0.05
+    figure, sandbox = _submit([6.4, 6.4, 6.4], eager_call_ms=1.0, sets=64)  # every set once
+    assert sandbox.requests[0][2] == 64 and figure == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("claim", [None, -1.0, float("nan"), float("inf"), "1.0"])
+def test_an_unusable_submit_claim_records_none(claim: Any) -> None:
+    figure, sandbox = _submit([claim, 0.1, 0.1], eager_call_ms=0.05)
+    assert figure is None and len(sandbox.requests) == 1

@@ -63,6 +63,11 @@ class Performance(Schema):
     # Per-call wall time of an eager loop measured by the judge's clock, host launch included: what a
     # caller outside CUDA graph capture pays. latency_ms stays the GPU time.
     eager_call_ms: float | None = None
+    # Host time a call takes to return in a short burst of eager calls, before any synchronization
+    # (its launch and whatever else it does on the CPU): how near to host-bound eager_call_ms is,
+    # which a host with a slower CPU than this one's reaches first. The sandbox's clock, capped by
+    # eager_call_ms.
+    host_submit_ms: float | None = Field(default=None, ge=0.0)
     # Frames torch.compile (dynamo) compiled during the timed calls: a figure taken while compiling.
     compiles_while_timed: int | None = None
 

@@ -4,7 +4,8 @@ Admitted: PASSED with a performance record taken without compiling, on the given
 content hashes equal to today's definition, solution and workload (a workload no longer in the
 dataset is checked against the copy inside the trace); on a CPU only Python solutions that target
 ``cpu``. Then one measurement per (shape key, solution): per workload the latest trace, across
-workloads at one key the median of their medians, p20s, p80s and eager per-call times.
+workloads at one key the median of their medians, p20s, p80s, eager per-call times and host
+submit times.
 
 "Without compiling": a trace whose performance says that dynamo compiled while it was timed
 (``compiles_while_timed`` above zero, recorded by an evaluator that counts
@@ -87,7 +88,7 @@ def _timestamp(trace: Trace) -> str:
 
 
 def _combine(solution: str, traces: Sequence[Trace]) -> Measurement:
-    medians, lows, highs, eager = [], [], [], []
+    medians, lows, highs, eager, host = [], [], [], [], []
     for trace in traces:
         assert trace.evaluation is not None and trace.evaluation.performance is not None
         performance = trace.evaluation.performance
@@ -96,14 +97,17 @@ def _combine(solution: str, traces: Sequence[Trace]) -> Measurement:
         highs.append(_or(performance.latency_p80_ms, performance.latency_ms))
         if performance.eager_call_ms is not None:
             eager.append(performance.eager_call_ms)
+        if performance.host_submit_ms is not None:
+            host.append(performance.host_submit_ms)
+    # Eager and host figures only when every workload at the key has one: a median over some of
+    # them is no figure for the key.
     return Measurement(
         solution=solution,
         median_ms=statistics.median(medians),
         p20_ms=statistics.median(lows),
         p80_ms=statistics.median(highs),
-        # Only when every workload at the key has one: a median over some of them is no figure
-        # for the key.
         eager_ms=statistics.median(eager) if len(eager) == len(traces) else None,
+        host_ms=statistics.median(host) if len(host) == len(traces) else None,
         workloads=len(traces),
     )
 

@@ -88,6 +88,7 @@ def _fingerprint(trace: Trace) -> str:
                 performance.latency_p20_ms,
                 performance.latency_p80_ms,
                 performance.eager_call_ms,
+                performance.host_submit_ms,
                 getattr(performance, "compiles_while_timed", None),
             ],
         ],

@@ -18,7 +18,11 @@ The rules, in the order they apply (docs/apply.md says the same for users):
    The figure that ranks (``rank_by``): ``eager``, the per-call wall time of an eager loop (host
    launch included: what a caller outside CUDA graph capture pays), at keys where every candidate
    has one, else the GPU time; ``gpu``, the GPU time (what a call costs inside a captured graph).
-   An eager figure has no recorded spread: its interval is of width zero.
+   Where every candidate also has a host submit time (the host time of a call that returns before
+   the GPU finishes), the eager figure is ``max(eager, HOST_FACTOR x submit)``: the eager time on a
+   host ``HOST_FACTOR`` times slower than the one measured, so that a choice one slow host away
+   from host-bound (a Triton launch whose 45 us hid under 47 us of GPU work) loses to one that
+   is not. An eager figure has no recorded spread: its interval is of width zero.
 4. Winner at a key: the lowest median wins outright when its interval [p20, p80] lies below every
    other candidate's, i.e. ``other.p20 - best.p80 > 0`` for all others (the margin): its median
    beats each other's by more than the two spreads that face each other. Traces without
@@ -49,8 +53,14 @@ from pydantic import BaseModel, PrivateAttr
 
 from kernelarena.data import Definition, Workload
 
-FORMAT = 3
+FORMAT = 4
 NEAR_BUCKETS = 1
+# Rule 3: the eager figure is the eager time on a host this much slower than the measured one. The
+# same call's host cost differed by up to 2x between the lent GPU machines (a tvm-ffi launch 7.3
+# to 14 us, a Triton launch under 47 us on one H100 host and 93-117 us on others); 1.5 is the
+# middle of that spread, which costs the measured host little where a host-bound choice beats a
+# GPU-bound one by more than 1.5x.
+HOST_FACTOR = 1.5
 Key = tuple[int, ...]
 RankBy = Literal["eager", "gpu"]
 
@@ -61,12 +71,16 @@ class Measurement(BaseModel):
     p20_ms: float
     p80_ms: float
     eager_ms: float | None = None  # per-call wall time of an eager loop
+    host_ms: float | None = None  # host submit time of a call (``Performance.host_submit_ms``)
     workloads: int = 1
 
     def interval(self, by: RankBy) -> tuple[float, float, float]:
-        """(median, p20, p80) of the figure ``by``; an eager time has no spread."""
+        """(median, p20, p80) of the figure ``by``; an eager figure (rule 3) has no spread."""
         if by == "eager" and self.eager_ms is not None:
-            return self.eager_ms, self.eager_ms, self.eager_ms
+            figure = self.eager_ms
+            if self.host_ms is not None:
+                figure = max(figure, HOST_FACTOR * self.host_ms)
+            return figure, figure, figure
         return self.median_ms, self.p20_ms, self.p80_ms
 
 
@@ -199,6 +213,7 @@ def build_table(
 ) -> ApplyTable:
     """Rules 4-6 over the admitted timings, each key ranked by ``rank_by`` where every candidate
     has that figure (rule 3)."""
+    timings = {key: _host_where_all(ms) for key, ms in timings.items()}
     ranked_by = {key: _figure_at(ms, rank_by) for key, ms in timings.items()}
     best_at = {key: min(m.interval(ranked_by[key])[0] for m in ms) for key, ms in timings.items()}
     ratios: dict[str, list[float]] = {}
@@ -236,6 +251,14 @@ def _figure_at(measurements: list[Measurement], rank_by: RankBy) -> RankBy:
     if rank_by == "eager" and all(m.eager_ms is not None for m in measurements):
         return "eager"
     return "gpu"
+
+
+def _host_where_all(measurements: list[Measurement]) -> list[Measurement]:
+    """Host submit times count at a key only where every candidate has one (rule 3), as eager
+    times do: a figure raised by a slower host against one that cannot be would favour the latter."""
+    if all(m.host_ms is not None for m in measurements):
+        return measurements
+    return [m.model_copy(update={"host_ms": None}) for m in measurements]
 
 
 def _decide(

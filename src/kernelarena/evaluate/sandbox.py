@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -250,20 +251,24 @@ class Sandbox:
     def _eager(self, set_ids: list[int], count: int, deliver: bool) -> dict[str, Any]:
         """``count`` calls over the sets in turn, back to back, then the device synchronized: the
         judge's clock runs around this request. With ``deliver``, each set is called once and a
-        value-returning solution's results land in the judge's buffers."""
+        value-returning solution's results land in the judge's buffers. The reply's ``host_ms``:
+        the time the calls took to return, before the synchronization (the host's submit time; a
+        claim the judge bounds by its own clock)."""
         from kernelarena.evaluate.timing import held_per_set
 
         fn, results = held_per_set(self._caller(set_ids), len(set_ids))
         with self.torch.no_grad():
+            began = time.perf_counter()
             for i in range(count):
                 fn(i)
+            host_ms = (time.perf_counter() - began) * 1e3
             self._sync()
             if deliver and not self.runnable.destination_passing_style:
                 called = set_ids[:count]  # a slot holds None until its set is called
                 for set_id, result in zip(called, results, strict=False):
                     self._deliver(self.sets[set_id], result)
                 self._sync()
-        return {"ok": True}
+        return {"ok": True, "host_ms": host_ms}
 
     def _replay(self, count: int) -> dict[str, Any]:
         if self.graph is None:

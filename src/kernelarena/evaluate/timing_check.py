@@ -16,6 +16,7 @@ reference is timed here, in the judge, with the sandbox stopped.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -73,6 +74,9 @@ REPLAY_SPAN_MS = 2.0
 EAGER_ROUNDS = 200
 # The judge's clocks keep the fastest of this many batches.
 CLOCK_BATCHES = 3
+# Calls in a burst whose host time is the submit time: few enough that the launch queue never
+# fills (past ~1000 pending kernels a launch waits for the GPU, and the host time becomes GPU time).
+SUBMIT_BURST = 32
 # A report the judge's clock contradicts is measured again over this many times the span.
 SECOND_LOOK_SPAN = 10.0
 
@@ -104,10 +108,12 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     bytes_moved, flops = _costs(job)
     floor = physics_floor_ms(bytes_moved, flops, evaluator.environment.ceilings or {})
     clock, second_look = agreed_clock(sets, rotated, reported, clock, floor)
+    submit_ms = host_submit_ms(sets, rotated, clock.eager_call_ms)
     sets.forget(timed)
     performance = evaluator_performance(
         sets, evaluator, reported, clock, len(timed), (bytes_moved, flops)
     )
+    performance.host_submit_ms = submit_ms
     notes = [second_look, host_bound_note(reported, clock)]
     compiles = reply.get("compiles")
     if isinstance(compiles, int) and compiles > 0:
@@ -177,6 +183,26 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> fl
         wanted = count * REPLAY_SPAN_MS * span / max(wall, 1e-3)
         count = min(most, max(2 * count, -(-int(wanted) // len(ids)) * len(ids)))
     return loop(count) / count
+
+
+def host_submit_ms(sets: SetMaker, timed: list[SharedSet], eager_call_ms: float) -> float | None:
+    """Per call, the host time of a short burst of eager calls before the device is synchronized
+    (the least of ``CLOCK_BATCHES`` bursts of ``SUBMIT_BURST``): what the call costs the host
+    whether or not the GPU keeps up, so that apply can tell how close to host-bound a choice is
+    on a slower host. The sandbox's own clock, so the claim is capped by the judge's eager time,
+    which a submit time cannot exceed: a solution that under-reports it ranks as it would
+    without one (``table.py``, rule 3). None where the sandbox reports nothing usable."""
+    ids = [s.id for s in timed]
+    calls = max(len(ids), SUBMIT_BURST)
+    figures = []
+    for _ in range(CLOCK_BATCHES):
+        reply = sets.sandbox.request("eager", ids, calls, False)
+        expect_success(reply)
+        host = reply.get("host_ms")
+        if not isinstance(host, int | float) or not math.isfinite(host) or host < 0:
+            return None
+        figures.append(host / calls)
+    return round(min(min(figures), eager_call_ms), 6)
 
 
 def _fastest(

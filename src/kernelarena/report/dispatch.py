@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from kernelarena.dispatch.table import ApplyTable, KeyEntry, Measurement
+from kernelarena.dispatch.table import HOST_FACTOR, ApplyTable, KeyEntry, Measurement
 
 
 def _us(value_ms: float | None) -> str:
@@ -24,7 +24,7 @@ def table_view(table: ApplyTable, in_graph: ApplyTable | None = None) -> Table:
     if table.borrowed_from:
         title += f" (borrowed from {table.borrowed_from})"
     view = Table(title=title, caption=_caption(table), caption_justify="left")
-    columns = ("shape key", "winner", "eager us", "gpu us", "gpu p20-p80", "margin us")
+    columns = ("shape key", "winner", "eager us", "host us", "gpu us", "gpu p20-p80", "margin us")
     for column in columns:
         view.add_column(column, justify="right" if "us" in column else "left")
     view.add_column("decided by")
@@ -45,6 +45,7 @@ def table_view(table: ApplyTable, in_graph: ApplyTable | None = None) -> Table:
             ),
             _short(entry.winner, table.definition),
             _us(winner.eager_ms),
+            _us(winner.host_ms),
             _us(winner.median_ms),
             f"{_us(winner.p20_ms)}-{_us(winner.p80_ms)}",
             _us(entry.margin_ms),
@@ -88,6 +89,8 @@ def _caption(table: ApplyTable) -> str:
         "eager us: per-call wall time of an eager loop (host launch included), which ranks calls "
         "outside CUDA graph capture where every solution has one; gpu us: GPU time, which ranks "
         "the rest and every call inside capture (in graphs).",
+        f"host us: the host's submit time a call; where every solution has one, the eager figure "
+        f"is max(eager, {HOST_FACTOR:g} x host), its eager time on a host {HOST_FACTOR:g}x slower.",
         "margin: the smallest gap between another solution's p20 and the winner's p80 "
         "(a tie when not positive; eager times have no spread).",
         "unmeasured shapes: nearest key within one power-of-two bucket per axis, else the "
