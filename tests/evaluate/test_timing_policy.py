@@ -261,3 +261,26 @@ def test_the_submit_time_is_the_least_burst_per_call_capped_by_the_judges_clock(
 def test_an_unusable_submit_claim_records_none(claim: Any) -> None:
     figure, sandbox = _submit([claim, 0.1, 0.1], eager_call_ms=0.05)
     assert figure is None and len(sandbox.requests) == 1
+
+
+def test_the_judges_eager_batches_hold_at_least_the_minimum_of_calls() -> None:
+    """A millisecond call would fill the 2 ms span in two calls, where the first launch and the
+    last synchronization weigh as much as the difference between solutions."""
+    from types import SimpleNamespace
+
+    from kernelarena.evaluate.timing_check import EAGER_MIN_CALLS, eager_clock
+
+    asked: list[int] = []
+
+    def request(kind: str, ids: list[int], calls: int, deliver: bool) -> dict[str, Any]:
+        asked.append(calls)
+        time.sleep(calls * 1e-3)  # a millisecond a call
+        return {"ok": True}
+
+    sandbox = SimpleNamespace(request=request, round_trip_ms=0.0)
+    timed = [SimpleNamespace(id=i) for i in range(3)]
+    sets = SimpleNamespace(sandbox=sandbox, device=torch.device("cpu"))
+    per_call = eager_clock(sets, timed)  # type: ignore[arg-type]
+    wanted = -(-EAGER_MIN_CALLS // 3) * 3  # whole rounds over the sets
+    assert asked[0] == wanted and set(asked) == {wanted}
+    assert per_call == pytest.approx(1e-3 * 1e3, rel=0.5)

@@ -72,6 +72,10 @@ REPLAY_SPAN_MS = 2.0
 # At most this many rounds over the timed sets in the judge's eager loop (a call of a microsecond
 # would otherwise loop many thousands of times to last REPLAY_SPAN_MS).
 EAGER_ROUNDS = 200
+# At least this many calls in an eager batch: at two calls of a millisecond (attention prefill), the
+# first launch and the last synchronization added 80-210 us a call (H200, 2026-11-26), more than
+# the solutions differ by.
+EAGER_MIN_CALLS = 16
 # The judge's clocks keep the fastest of this many batches.
 CLOCK_BATCHES = 3
 # Calls in a burst whose host time is the submit time: few enough that the launch queue never
@@ -175,7 +179,7 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> fl
         return _fastest(sets, lambda: sets.sandbox.request("eager", ids, calls, False), batches)
 
     most = int(len(ids) * EAGER_ROUNDS * span)
-    count = len(ids)
+    count = -(-EAGER_MIN_CALLS // len(ids)) * len(ids)
     while count < most:
         wall = loop(count, batches=1)
         if wall >= REPLAY_SPAN_MS * span:
