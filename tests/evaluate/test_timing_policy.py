@@ -253,8 +253,10 @@ def test_the_submit_time_is_the_least_burst_per_call_capped_by_the_judges_clock(
     assert figure == 0.0
     figure, _ = _submit([9.0, 9.0, 9.0], eager_call_ms=0.05)  # never above the judge's eager time
     assert figure == 0.05
-    figure, sandbox = _submit([6.4, 6.4, 6.4], eager_call_ms=1.0, sets=64)  # every set once
+    figure, sandbox = _submit([6.4, 6.4, 6.4], eager_call_ms=0.1, sets=64)  # every set once
     assert sandbox.requests[0][2] == 64 and figure == pytest.approx(0.1)
+    figure, sandbox = _submit([60.0, 60.0, 60.0], eager_call_ms=6.0)  # 25 ms a burst at most
+    assert sandbox.requests[0][2] == 5 and figure == pytest.approx(6.0)
 
 
 @pytest.mark.parametrize("claim", [None, -1.0, float("nan"), float("inf"), "1.0"])
@@ -263,24 +265,33 @@ def test_an_unusable_submit_claim_records_none(claim: Any) -> None:
     assert figure is None and len(sandbox.requests) == 1
 
 
-def test_the_judges_eager_batches_hold_at_least_the_minimum_of_calls() -> None:
-    """A millisecond call would fill the 2 ms span in two calls, where the first launch and the
-    last synchronization weigh as much as the difference between solutions."""
+def _eager_batches(call_ms: float, sets: int) -> tuple[float, list[int]]:
+    """eager_clock against a sandbox whose calls take ``call_ms``: (ms a call, calls per request)."""
     from types import SimpleNamespace
 
-    from kernelarena.evaluate.timing_check import EAGER_MIN_CALLS, eager_clock
+    from kernelarena.evaluate.timing_check import eager_clock
 
     asked: list[int] = []
 
     def request(kind: str, ids: list[int], calls: int, deliver: bool) -> dict[str, Any]:
         asked.append(calls)
-        time.sleep(calls * 1e-3)  # a millisecond a call
+        time.sleep(calls * call_ms * 1e-3)
         return {"ok": True}
 
     sandbox = SimpleNamespace(request=request, round_trip_ms=0.0)
-    timed = [SimpleNamespace(id=i) for i in range(3)]
-    sets = SimpleNamespace(sandbox=sandbox, device=torch.device("cpu"))
-    per_call = eager_clock(sets, timed)  # type: ignore[arg-type]
-    wanted = -(-EAGER_MIN_CALLS // 3) * 3  # whole rounds over the sets
-    assert asked[0] == wanted and set(asked) == {wanted}
-    assert per_call == pytest.approx(1e-3 * 1e3, rel=0.5)
+    timed = [SimpleNamespace(id=i) for i in range(sets)]
+    holder = SimpleNamespace(sandbox=sandbox, device=torch.device("cpu"))
+    return eager_clock(holder, timed), asked  # type: ignore[arg-type]
+
+
+def test_the_judges_eager_batches_hold_at_least_the_minimum_of_calls() -> None:
+    """A millisecond call would fill the 2 ms span in two calls, where the first launch and the
+    last synchronization weigh as much as the difference between solutions; a call of 20 ms
+    needs no more than the sets once."""
+    from kernelarena.evaluate.timing_check import CLOCK_BATCHES, EAGER_MIN_CALLS
+
+    per_call, asked = _eager_batches(1.0, sets=3)
+    assert asked == [3, 6, 12, 24] + [24] * CLOCK_BATCHES  # whole rounds, at least EAGER_MIN_CALLS
+    assert asked[-1] >= EAGER_MIN_CALLS and per_call == pytest.approx(1.0, rel=0.5)
+    per_call, asked = _eager_batches(20.0, sets=2)
+    assert asked == [2] * (1 + CLOCK_BATCHES) and per_call == pytest.approx(20.0, rel=0.5)

@@ -72,15 +72,18 @@ REPLAY_SPAN_MS = 2.0
 # At most this many rounds over the timed sets in the judge's eager loop (a call of a microsecond
 # would otherwise loop many thousands of times to last REPLAY_SPAN_MS).
 EAGER_ROUNDS = 200
-# At least this many calls in an eager batch: at two calls of a millisecond (attention prefill), the
-# first launch and the last synchronization added 80-210 us a call (H200, 2026-11-26), more than
-# the solutions differ by.
+# At least this many calls in an eager batch, unless it lasts EAGER_LONG_BATCH_MS: at two calls of a
+# millisecond (attention prefill), the first launch and the last synchronization added 80-210 us a
+# call (H200, 2026-11-26), more than the solutions differ by.
 EAGER_MIN_CALLS = 16
+EAGER_LONG_BATCH_MS = 25.0
 # The judge's clocks keep the fastest of this many batches.
 CLOCK_BATCHES = 3
 # Calls in a burst whose host time is the submit time: few enough that the launch queue never
-# fills (past ~1000 pending kernels a launch waits for the GPU, and the host time becomes GPU time).
+# fills (past ~1000 pending kernels a launch waits for the GPU, and the host time becomes GPU time),
+# and fewer where that many would take longer than SUBMIT_SPAN_MS.
 SUBMIT_BURST = 32
+SUBMIT_SPAN_MS = 25.0
 # A report the judge's clock contradicts is measured again over this many times the span.
 SECOND_LOOK_SPAN = 10.0
 
@@ -179,10 +182,11 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> fl
         return _fastest(sets, lambda: sets.sandbox.request("eager", ids, calls, False), batches)
 
     most = int(len(ids) * EAGER_ROUNDS * span)
-    count = -(-EAGER_MIN_CALLS // len(ids)) * len(ids)
+    count = len(ids)
     while count < most:
         wall = loop(count, batches=1)
-        if wall >= REPLAY_SPAN_MS * span:
+        enough = count >= EAGER_MIN_CALLS or wall >= EAGER_LONG_BATCH_MS * span
+        if wall >= REPLAY_SPAN_MS * span and enough:
             break
         wanted = count * REPLAY_SPAN_MS * span / max(wall, 1e-3)
         count = min(most, max(2 * count, -(-int(wanted) // len(ids)) * len(ids)))
@@ -191,13 +195,15 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> fl
 
 def host_submit_ms(sets: SetMaker, timed: list[SharedSet], eager_call_ms: float) -> float | None:
     """Per call, the host time of a short burst of eager calls before the device is synchronized
-    (the least of ``CLOCK_BATCHES`` bursts of ``SUBMIT_BURST``): what the call costs the host
+    (the least of ``CLOCK_BATCHES`` bursts of ``SUBMIT_BURST``, or as many as take
+    ``SUBMIT_SPAN_MS``, and every set at least once): what the call costs the host
     whether or not the GPU keeps up, so that apply can tell how close to host-bound a choice is
     on a slower host. The sandbox's own clock, so the claim is capped by the judge's eager time,
     which a submit time cannot exceed: a solution that under-reports it ranks as it would
     without one (``table.py``, rule 3). None where the sandbox reports nothing usable."""
     ids = [s.id for s in timed]
-    calls = max(len(ids), SUBMIT_BURST)
+    fit = math.ceil(SUBMIT_SPAN_MS / max(eager_call_ms, 1e-6))
+    calls = max(len(ids), min(SUBMIT_BURST, fit))
     figures = []
     for _ in range(CLOCK_BATCHES):
         reply = sets.sandbox.request("eager", ids, calls, False)
