@@ -47,6 +47,10 @@ def _unbound(args: tuple[Any, ...]) -> Any:
     raise LookupError("not bound to a runtime yet")
 
 
+def _forget(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Prepared) -> None:
+    pass
+
+
 def invoke(prepared: Prepared, args: tuple[Any, ...]) -> Any:
     call, into = prepared
     if into < 0:
@@ -85,6 +89,7 @@ class CallSite:
         self.candidates: list[Definition] = []
         self.key_of: Callable[[tuple[Any, ...]], tuple[Any, ...]] = _unbound
         self.lookup: Callable[[tuple[Any, ...]], Prepared] = _unbound
+        self.remember: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None] = _forget
         self.entries: dict[tuple[Any, ...], Prepared] = {}
 
     # -- slow path --------------------------------------------------------------------------
@@ -98,6 +103,7 @@ class CallSite:
             self._bind(runtime)
         # One consistent view: enable_apply/disable_apply in another thread may reset the site.
         candidates, key_of, entries = self.candidates, self.key_of, self.entries
+        remember = self.remember
         if not candidates:  # nothing to dispatch to in this runtime: the body, at no cost
             self._pass_through(lambda: self.runtime is runtime)
             return self.fallback(*args, **kwargs)
@@ -106,6 +112,7 @@ class CallSite:
             prepared = entries[key_of(positional)]
         except Exception:
             prepared = self._resolve(runtime, candidates, key_of, entries, positional)
+            remember(key_of(positional), positional, prepared)
         return invoke(prepared, positional)
 
     def _pass_through(self, still: Callable[[], bool]) -> None:
@@ -127,9 +134,11 @@ class CallSite:
                 log.warning("%s: no definition, family or op_type of that name", self.label)
             entries: dict[tuple[Any, ...], Prepared] = {}
             self.candidates, self.entries = candidates, entries
-            self.key_of, self.lookup = _unbound, _unbound
+            self.key_of, self.lookup, self.remember = _unbound, _unbound, _forget
             if candidates:
-                self.key_of, self.lookup = key_functions(candidates, runtime.tracing, entries)
+                self.key_of, self.lookup, self.remember = key_functions(
+                    candidates, runtime.tracing, entries
+                )
             self.runtime = runtime
 
     def _positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:

@@ -1,0 +1,71 @@
+"""The hot path's guard: a key's tensors checked in one C++ call, before its key is read.
+
+Every call below must return what the key path would: a guard passes only for the key it was made
+for (same dtypes, sizes and strides), and any other call falls back to reading the key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import kernelarena
+from kernelarena.dispatch.signature import ApplyArgumentError, tensor_guard
+from tests.dispatch.toys import add, marker, timed, toy_definition, toy_set, workload
+
+TOY = toy_definition()
+GPU_FAST, LAUNCH_FAST = marker(TOY, 1), marker(TOY, 2)
+
+
+def measured() -> Any:
+    """Eager winners: LAUNCH_FAST (2) at 4 x 8, GPU_FAST (1) at 64 x 8."""
+    trace_set = toy_set(TOY, solutions=[GPU_FAST, LAUNCH_FAST])
+    small, large = workload(TOY, rows=4, cols=8), workload(TOY, rows=64, cols=8)
+    add(
+        trace_set,
+        timed(TOY, GPU_FAST, small, 2.0, eager_us=20.0),
+        timed(TOY, LAUNCH_FAST, small, 5.0, eager_us=8.0),
+        timed(TOY, GPU_FAST, large, 50.0, eager_us=52.0),
+        timed(TOY, LAUNCH_FAST, large, 90.0, eager_us=95.0),
+    )
+    return trace_set
+
+
+@kernelarena.apply("toy")
+def toy(x: torch.Tensor, factor: float) -> torch.Tensor:
+    return torch.full_like(x, -1)
+
+
+def test_a_guard_passes_only_for_the_dtypes_sizes_and_strides_it_was_made_for() -> None:
+    x, w = torch.randn(4, 8), torch.randn(8)
+    check = tensor_guard([x, w])
+    assert check(x, w) and check(torch.randn(4, 8), torch.zeros(8))
+    assert not check(torch.randn(64, 8), w)  # another size
+    assert not check(x.double(), w)  # another dtype
+    assert not check(torch.randn(8, 4).t(), w)  # the same shape, other strides
+    assert not check(w, x)
+
+
+def test_alternating_shapes_each_get_their_own_winner() -> None:
+    """4 x 8 runs LAUNCH_FAST (2), 64 x 8 GPU_FAST (1); a transposed input falls back to the key,
+    and a dtype no definition takes is still refused, never let through by the last guard."""
+    kernelarena.enable_apply(measured())
+    small, large = torch.zeros(4, 8), torch.zeros(64, 8)
+    for _ in range(3):
+        assert toy(small, 2.0).eq(2).all()
+        assert toy(large, 2.0).eq(1).all()
+        assert toy(torch.zeros(8, 4).t(), 2.0).eq(2).all()  # same key as small, other strides
+    with pytest.raises(ApplyArgumentError, match=r"dtype torch\.float64"):
+        toy(small.double(), 2.0)
+    assert toy(small, 2.0).eq(2).all()
+
+
+def test_the_key_path_and_the_guard_agree_on_every_call() -> None:
+    kernelarena.enable_apply(measured())
+    small, large = torch.zeros(4, 8), torch.zeros(64, 8)
+    toy(small, 2.0)
+    toy(large, 2.0)
+    site = toy.__kernelarena_site__  # type: ignore[attr-defined]
+    for args in [(small, 2.0), (large, 3.0), (small, 1.0), (large, 2.0)]:
+        assert site.lookup(args) is site.entries[site.key_of(args)]
