@@ -1,8 +1,10 @@
 """``@apply(name)``: calls go to the measured winner for the shape at hand; the body is the fallback.
 
-The hot path (``wrapper`` in ``routed``): one generated lookup over the arguments (count, device,
-shapes, dtypes) into a dict, one call of what was prepared on the first call of that key. Everything else (choosing the definition, checking the arguments, the table, building the
-winner, allocating closures, recording the workload) happens once per key under a lock.
+The hot path (``wrapper`` in ``routed``): one generated lookup over the arguments (the last key's
+guard, else count, device, shapes, dtypes into a dict; ``signature.key_functions``), one call of
+what was prepared on the first call of that key. Everything else (choosing the definition,
+checking the arguments, the table, building the winner, allocating closures, recording the
+workload) happens once per key under a lock.
 
 Turned on and off in ``state.py`` (``enable_apply``, ``KERNELARENA_APPLY=1``). While apply is off,
 a decorated function costs one attribute test beyond the call of its body; with
