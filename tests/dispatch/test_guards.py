@@ -5,31 +5,12 @@ for (same dtypes, sizes and strides), and any other call falls back to reading t
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 
 import kernelarena
 from kernelarena.dispatch.signature import ApplyArgumentError, tensor_guard
-from tests.dispatch.toys import add, marker, timed, toy_definition, toy_set, workload
-
-TOY = toy_definition()
-GPU_FAST, LAUNCH_FAST = marker(TOY, 1), marker(TOY, 2)
-
-
-def measured() -> Any:
-    """Eager winners: LAUNCH_FAST (2) at 4 x 8, GPU_FAST (1) at 64 x 8."""
-    trace_set = toy_set(TOY, solutions=[GPU_FAST, LAUNCH_FAST])
-    small, large = workload(TOY, rows=4, cols=8), workload(TOY, rows=64, cols=8)
-    add(
-        trace_set,
-        timed(TOY, GPU_FAST, small, 2.0, eager_us=20.0),
-        timed(TOY, LAUNCH_FAST, small, 5.0, eager_us=8.0),
-        timed(TOY, GPU_FAST, large, 50.0, eager_us=52.0),
-        timed(TOY, LAUNCH_FAST, large, 90.0, eager_us=95.0),
-    )
-    return trace_set
+from tests.dispatch.test_ranking import measured  # eager winners: 2 at 4 x 8, 1 at 64 x 8
 
 
 @kernelarena.apply("toy")
