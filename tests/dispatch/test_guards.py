@@ -50,3 +50,15 @@ def test_the_key_path_and_the_guard_agree_on_every_call() -> None:
     site = toy.__kernelarena_site__  # type: ignore[attr-defined]
     for args in [(small, 2.0), (large, 3.0), (small, 1.0), (large, 2.0)]:
         assert site.lookup(args) is site.entries[site.key_of(args)]
+
+
+def test_a_guard_keeps_no_tensor_alive() -> None:
+    import gc
+    import weakref
+
+    x = torch.randn(1000)
+    alive = weakref.ref(x)
+    check = tensor_guard([x])
+    del x
+    gc.collect()
+    assert alive() is None and not check(torch.randn(999))
