@@ -49,8 +49,8 @@ def _unbound(args: tuple[Any, ...]) -> Any:
     raise LookupError("not bound to a runtime yet")
 
 
-def _forget(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Prepared) -> None:
-    pass
+def _store_nowhere(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Prepared) -> None:
+    raise LookupError("not bound to a runtime yet")
 
 
 def invoke(prepared: Prepared, args: tuple[Any, ...]) -> Any:
@@ -91,7 +91,7 @@ class CallSite:
         self.candidates: list[Definition] = []
         self.key_of: Callable[[tuple[Any, ...]], tuple[Any, ...]] = _unbound
         self.lookup: Callable[[tuple[Any, ...]], Prepared] = _unbound
-        self.remember: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None] = _forget
+        self.store: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None] = _store_nowhere
         self.entries: dict[tuple[Any, ...], Prepared] = {}
 
     # -- slow path --------------------------------------------------------------------------
@@ -105,7 +105,7 @@ class CallSite:
             self._bind(runtime)
         # One consistent view: enable_apply/disable_apply in another thread may reset the site.
         candidates, key_of, entries = self.candidates, self.key_of, self.entries
-        remember = self.remember
+        store = self.store
         if not candidates:  # nothing to dispatch to in this runtime: the body, at no cost
             self._pass_through(lambda: self.runtime is runtime)
             return self.fallback(*args, **kwargs)
@@ -113,8 +113,7 @@ class CallSite:
         try:
             prepared = entries[key_of(positional)]
         except Exception:
-            prepared = self._resolve(runtime, candidates, key_of, entries, positional)
-            remember(key_of(positional), positional, prepared)
+            prepared = self._resolve(runtime, candidates, key_of, entries, store, positional)
         return invoke(prepared, positional)
 
     def _pass_through(self, still: Callable[[], bool]) -> None:
@@ -136,9 +135,9 @@ class CallSite:
                 log.warning("%s: no definition, family or op_type of that name", self.label)
             entries: dict[tuple[Any, ...], Prepared] = {}
             self.candidates, self.entries = candidates, entries
-            self.key_of, self.lookup, self.remember = _unbound, _unbound, _forget
+            self.key_of, self.lookup, self.store = _unbound, _unbound, _store_nowhere
             if candidates:
-                self.key_of, self.lookup, self.remember = key_functions(
+                self.key_of, self.lookup, self.store = key_functions(
                     candidates, runtime.tracing, entries
                 )
             self.runtime = runtime
@@ -152,6 +151,7 @@ class CallSite:
         candidates: list[Definition],
         key_of: Callable[[tuple[Any, ...]], tuple[Any, ...]],
         entries: dict[tuple[Any, ...], Prepared],
+        store: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None],
         args: tuple[Any, ...],
     ) -> Prepared:
         from kernelarena.dispatch.signature import bind_call
@@ -167,7 +167,7 @@ class CallSite:
                     runtime.recorder.record(binding.definition, binding.axes, args)
                 except Exception as error:  # tracing never stops the program it watches
                     log.warning("%s: workload not recorded: %s", self.label, error)
-            entries[key] = prepared  # a dict replaced by a reset meanwhile is simply dropped
+            store(key, args, prepared)  # into dicts a reset meanwhile has simply dropped
         return prepared
 
     def _prepare(self, runtime: ApplyRuntime, binding: Binding) -> Prepared:

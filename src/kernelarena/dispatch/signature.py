@@ -235,8 +235,9 @@ def key_functions(
 
     Where every argument of a count is a tensor or a scalar outside the key, ``lookup`` first asks
     the guard of the key it last returned for that count (``tensor_guard``: one C++ call, stricter
-    than the key, so a pass means the same key) and reads the key only when it fails;
-    ``remember(key, args, prepared)`` records a key's guard once it has been resolved."""
+    than the key, so a pass means the same key) and reads the key only when it fails.
+    ``store(key, args, prepared)`` records a resolved key's prepared call in ``entries`` and,
+    where a guard decides, the guard made from ``args``."""
     kinds: dict[int, list[set[str]]] = {}
     for definition in candidates:
         for style in styles(definition):
@@ -286,10 +287,7 @@ def key_functions(
                     f"        check, prepared = recent[{count}]",
                     f"        if check({checked}):",
                     "            return prepared",
-                    f"        key = {key}",
-                    "        known = guards.get(key)",
-                    "        if known is None:",
-                    "            return entries[key]",
+                    f"        known = guards[{key}]",
                     f"        recent[{count}] = known",
                     "        return known[1]",
                 ]
@@ -298,10 +296,13 @@ def key_functions(
         lines.append("    raise IndexError(n)")
         exec(compile("\n".join(lines), f"<kernelarena apply {name}>", "exec"), namespace)
 
-    def remember(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Any) -> None:
+    def store(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Any) -> None:
         positions = guarded.get(len(args))
-        if positions is not None:
-            known = (tensor_guard([args[i] for i in positions]), prepared)
-            guards[key] = recent[len(args)] = known
+        if positions is not None:  # the guard first: a lookup may read it once the entry is in
+            guards[key] = recent[len(args)] = (
+                tensor_guard([args[i] for i in positions]),
+                prepared,
+            )
+        entries[key] = prepared
 
-    return namespace["key_of"], namespace["lookup"], remember
+    return namespace["key_of"], namespace["lookup"], store
