@@ -26,7 +26,13 @@ from typing import Any
 import torch
 
 from kernelarena.evaluate.ceilings import measure_ceilings
-from kernelarena.evaluate.timing import Timing, time_cpu, time_cuda, time_cuda_graph
+from kernelarena.evaluate.timing import (
+    EVENT_LEAD_US,
+    Timing,
+    time_cpu,
+    time_cuda,
+    time_cuda_graph,
+)
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -113,13 +119,6 @@ def toolchain() -> dict[str, str]:
     return info
 
 
-# A spin queued before each event-timed call, longer than a host launch (torch.compile's wrapper
-# took 50-100 us on an H100 host): the GPU work is timed, not the host's (H100, 2026-11-25:
-# fused_add_rmsnorm's compiled peer at 4096x4096 read 57-116 us per call without it, 48 us as GPU
-# time in the engine's trace). Host cost is what bench_apply_choice's eager figure measures.
-HOST_LEAD_US = 150.0
-
-
 def _time(
     fn: Callable[[int], Any], device: torch.device, use_graph: bool, graph_calls: int = 20
 ) -> Timing:
@@ -127,7 +126,7 @@ def _time(
         return time_cpu(fn)
     if use_graph:
         return time_cuda_graph(fn, device, calls_per_graph=graph_calls)
-    return time_cuda(fn, device, max_iterations=60, budget_ms=400, lead_us=HOST_LEAD_US)
+    return time_cuda(fn, device, max_iterations=60, budget_ms=400, lead_us=EVENT_LEAD_US)
 
 
 def run(
