@@ -295,3 +295,32 @@ def test_the_judges_eager_batches_hold_at_least_the_minimum_of_calls() -> None:
     assert asked[-1] >= EAGER_MIN_CALLS and per_call == pytest.approx(1.0, rel=0.5)
     per_call, asked = _eager_batches(20.0, sets=2)
     assert asked == [2] * (1 + CLOCK_BATCHES) and per_call == pytest.approx(20.0, rel=0.5)
+
+
+def test_the_eager_figure_keeps_the_lesser_of_two_looks() -> None:
+    """A stall of the host over the first look's batches (here: every call takes 5 ms instead of
+    1 while it lasts) does not stay in the figure apply ranks by; a second look that stalls does
+    not raise a figure either."""
+    from types import SimpleNamespace
+
+    from kernelarena.evaluate.crosscheck import JudgeClock
+    from kernelarena.evaluate.timing_check import eager_clock, eager_second_look
+
+    stalled = [True]
+
+    def request(kind: str, ids: list[int], calls: int, deliver: bool) -> dict[str, Any]:
+        time.sleep(calls * (5.0 if stalled[0] else 1.0) * 1e-3)
+        return {"ok": True}
+
+    timed = [SimpleNamespace(id=i) for i in range(2)]
+    holder: Any = SimpleNamespace(
+        sandbox=SimpleNamespace(request=request, round_trip_ms=0.0), device=torch.device("cpu")
+    )
+    first = JudgeClock(eager_call_ms=eager_clock(holder, timed), graph_call_ms=0.002)
+    assert first.eager_call_ms == pytest.approx(5.0, rel=0.3)
+    stalled[0] = False
+    second = eager_second_look(holder, timed, first)
+    assert second.eager_call_ms == pytest.approx(1.0, rel=0.5)
+    assert second.graph_call_ms == first.graph_call_ms
+    stalled[0] = True
+    assert eager_second_look(holder, timed, second).eager_call_ms == second.eager_call_ms

@@ -20,7 +20,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -115,6 +115,7 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     bytes_moved, flops = _costs(job)
     floor = physics_floor_ms(bytes_moved, flops, evaluator.environment.ceilings or {})
     clock, second_look = agreed_clock(sets, rotated, reported, clock, floor)
+    clock = eager_second_look(sets, rotated, clock)
     submit_ms = host_submit_ms(sets, rotated, clock.eager_call_ms)
     sets.forget(timed)
     performance = evaluator_performance(
@@ -191,6 +192,15 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> fl
         wanted = count * REPLAY_SPAN_MS * span / max(wall, 1e-3)
         count = min(most, max(2 * count, -(-int(wanted) // len(ids)) * len(ids)))
     return loop(count) / count
+
+
+def eager_second_look(sets: SetMaker, rotated: list[SharedSet], clock: JudgeClock) -> JudgeClock:
+    """``clock`` with the eager clock taken once more, the lesser kept. Its batches run within
+    milliseconds of each other, and one stall of the host can cover them all (an H100, 2026-11-26:
+    4 of 45 traces with eager clocks of 1.8-3.1x both their host submit time and their GPU time,
+    the other workloads of the same solutions at 1.0-1.1x; taken twice, 1 of 96 and 0 of 96). For
+    the figure apply ranks by, after the checks, which use the first look."""
+    return replace(clock, eager_call_ms=min(clock.eager_call_ms, eager_clock(sets, rotated)))
 
 
 def host_submit_ms(sets: SetMaker, timed: list[SharedSet], eager_call_ms: float) -> float | None:
