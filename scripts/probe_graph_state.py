@@ -1,0 +1,121 @@
+"""Which history of a process makes its CUDA graphs replay with longer gaps between kernels?
+
+    python scripts/probe_graph_state.py             # every scenario, one fresh process each
+    python scripts/probe_graph_state.py SCENARIO    # one, in this process
+
+A 60-call graph of the Triton rmsnorm_bf16 solution at 128x4096 (sets rotated past the L2, timed as
+``evaluate.timing.time_replays`` does, spin-led), its per-call time before and after the scenario's
+step. On an H200 (2026-11-26, logs/timing_state_2026-11-26_s10.txt): 2.31 us a call until work
+that allocates (a warm-up's results, a + b) has run on a second side stream, 2.66 from then on
+(the profiler: the same 2.27 us kernels, 0.1 against 0.45 us between them), for every graph of the
+process and for good; allocating on the default stream, freeing, capturing or replaying other
+graphs, and tiny kernels that allocate nothing on other streams change nothing. An
+H100 shows the same (2.48 against 2.83 us); there, and on a fresh H200, the first process after
+the machine started was in the slow state from its start: the state is not the process's alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+ROWS, HIDDEN, EPS = 128, 4096, 1e-6
+
+
+def _other_graph(device: torch.device, kernel: Callable[[], Any]) -> Any:
+    """A one-kernel graph captured on a side stream with no eager work there, and replayed."""
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream(device)
+    with torch.cuda.stream(stream):
+        graph.capture_begin()
+        kernel()
+        graph.capture_end()
+    graph.replay()
+    torch.cuda.synchronize(device)
+    return graph
+
+
+def _side_stream_work(device: torch.device, kernel: Callable[[], Any]) -> None:
+    with torch.cuda.stream(torch.cuda.Stream(device)):
+        for _ in range(10):
+            kernel()
+    torch.cuda.synchronize(device)
+
+
+def run(scenario: str) -> str:
+    from kernelarena.build import build_solution
+    from kernelarena.evaluate.timing import (
+        capture_graph,
+        graph_calls,
+        held_per_set,
+        sets_filling_l2,
+        time_replays,
+    )
+    from kernelarena.library import load_library
+
+    device = torch.device("cuda:0")
+    library = load_library()
+    definition = library.definitions["rmsnorm_bf16"]
+    solution = build_solution(definition, library.solutions["rmsnorm_bf16_triton"], "cuda:0")
+    count = sets_filling_l2(2 * ROWS * HIDDEN * 2 + HIDDEN * 2, device)
+    calls = graph_calls(count)
+    sets = [
+        (
+            torch.randn(ROWS, HIDDEN, device=device, dtype=torch.bfloat16),
+            torch.randn(HIDDEN, device=device, dtype=torch.bfloat16),
+            torch.empty(ROWS, HIDDEN, device=device, dtype=torch.bfloat16),
+        )
+        for _ in range(count)
+    ]
+    a, b = torch.randn(1 << 20, device=device), torch.randn(1 << 20, device=device)
+
+    def call(i: int) -> Any:
+        x, weight, out = sets[i % count]
+        if solution.destination_passing_style:
+            return solution(x, weight, EPS, out)
+        return solution(x, weight, EPS)
+
+    def graph() -> Any:
+        held, _ = held_per_set(call, count)
+        with torch.no_grad():
+            return capture_graph(held, device, calls=calls)
+
+    def per_call_us(timed: Any) -> float:
+        return statistics.median(
+            time_replays(timed, device, calls).median_ms * 1e3 for _ in range(3)
+        )
+
+    kept: list[Any] = []
+    first = graph()
+    before = per_call_us(first)
+    if scenario == "second_graph":  # warm-up on a new side stream, capture, replay
+        kept.append(graph())
+    elif scenario == "side_stream_work":
+        _side_stream_work(device, lambda: a + b)
+    elif scenario == "other_graph_replayed":
+        kept.append(_other_graph(device, lambda: a * 2))
+    elif scenario == "free_memory":
+        block = torch.empty(64 << 20, device=device, dtype=torch.uint8)
+        del block
+        torch.cuda.empty_cache()
+    return f"{scenario:22s} {before:.3f} us a call, after the step {per_call_us(first):.3f} us"
+
+
+SCENARIOS = ("nothing", "second_graph", "side_stream_work", "other_graph_replayed", "free_memory")
+
+
+def main() -> None:
+    if len(sys.argv) > 1:
+        print(run(sys.argv[1]), flush=True)
+        return
+    print(torch.cuda.get_device_name())
+    for scenario in SCENARIOS:
+        subprocess.run([sys.executable, __file__, scenario], check=False)
+
+
+if __name__ == "__main__":
+    main()
