@@ -156,7 +156,7 @@ def test_gpu_graph_replays_stop_at_their_budget() -> None:
 def _second_look(monkeypatch: pytest.MonkeyPatch, first_ms: float, second_ms: float) -> Any:
     """agreed_clock on a 10 us report, the judge's first clock ``first_ms`` a call and any later
     one ``second_ms``; returns (clock, note) or the exception raised, and the spans asked for."""
-    from kernelarena.evaluate import timing_check
+    from kernelarena.evaluate import judge_clock
     from kernelarena.evaluate.crosscheck import JudgeClock, TimingRejected
 
     spans: list[float] = []
@@ -165,10 +165,10 @@ def _second_look(monkeypatch: pytest.MonkeyPatch, first_ms: float, second_ms: fl
         spans.append(span)
         return JudgeClock(eager_call_ms=second_ms)
 
-    monkeypatch.setattr(timing_check, "judge_clock", fake_clock)
+    monkeypatch.setattr(judge_clock, "judge_clock", fake_clock)
     reported = summarize([0.010] * 5, "cpu_clock")
     try:
-        result: Any = timing_check.agreed_clock(
+        result: Any = judge_clock.agreed_clock(
             None, [], reported, JudgeClock(eager_call_ms=first_ms), floor_ms=0.0
         )
     except TimingRejected as rejected:
@@ -236,7 +236,7 @@ class _Sandbox:
 def _submit(host_ms: list[Any], eager_call_ms: float, sets: int = 2) -> tuple[Any, _Sandbox]:
     from types import SimpleNamespace
 
-    from kernelarena.evaluate.timing_check import host_submit_ms
+    from kernelarena.evaluate.judge_clock import host_submit_ms
 
     sandbox = _Sandbox(host_ms)
     timed = [SimpleNamespace(id=i) for i in range(sets)]
@@ -244,7 +244,7 @@ def _submit(host_ms: list[Any], eager_call_ms: float, sets: int = 2) -> tuple[An
 
 
 def test_the_submit_time_is_the_least_burst_per_call_capped_by_the_judges_clock() -> None:
-    from kernelarena.evaluate.timing_check import SUBMIT_BURST
+    from kernelarena.evaluate.judge_clock import SUBMIT_BURST
 
     figure, sandbox = _submit([0.64, 0.32, 0.48], eager_call_ms=0.05)
     assert figure == pytest.approx(0.32 / SUBMIT_BURST)
@@ -269,7 +269,7 @@ def _eager_batches(call_ms: float, sets: int) -> tuple[float, list[int]]:
     """eager_clock against a sandbox whose calls take ``call_ms``: (ms a call, calls per request)."""
     from types import SimpleNamespace
 
-    from kernelarena.evaluate.timing_check import eager_clock
+    from kernelarena.evaluate.judge_clock import eager_clock
 
     asked: list[int] = []
 
@@ -288,7 +288,7 @@ def test_the_judges_eager_batches_hold_at_least_the_minimum_of_calls() -> None:
     """A millisecond call would fill the 2 ms span in two calls, where the first launch and the
     last synchronization weigh as much as the difference between solutions; a call of 20 ms
     needs no more than the sets once."""
-    from kernelarena.evaluate.timing_check import CLOCK_BATCHES, EAGER_MIN_CALLS
+    from kernelarena.evaluate.judge_clock import CLOCK_BATCHES, EAGER_MIN_CALLS
 
     per_call, asked = _eager_batches(1.0, sets=3)
     assert asked == [3, 6, 12, 24] + [24] * CLOCK_BATCHES  # whole rounds, at least EAGER_MIN_CALLS
@@ -304,7 +304,7 @@ def test_the_eager_figure_keeps_the_lesser_of_two_looks() -> None:
     from types import SimpleNamespace
 
     from kernelarena.evaluate.crosscheck import JudgeClock
-    from kernelarena.evaluate.timing_check import eager_clock, eager_second_look
+    from kernelarena.evaluate.judge_clock import eager_clock, eager_second_look
 
     stalled = [True]
 
