@@ -54,7 +54,7 @@ from kernelarena.data import Definition, TraceSet, Workload
 from kernelarena.dispatch.calls import solution_call
 from kernelarena.dispatch.runtime import ApplyRuntime
 from kernelarena.dispatch.signature import Binding
-from kernelarena.dispatch.table import shape_key, workload_flags
+from kernelarena.dispatch.table import workload_key
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
 from kernelarena.evaluate.runner import select_definitions
@@ -193,11 +193,7 @@ def providers(
 def chosen(runtime: ApplyRuntime, definition: Definition, workload: Workload, rank_by: Any) -> str:
     device = torch.device("cuda:0")
     table = runtime.table(definition, device, rank_by)
-    solutions = table.choose(
-        shape_key(
-            definition, definition.resolve_axes(workload.axes), workload_flags(definition, workload)
-        )
-    ).solutions
+    solutions = table.choose(workload_key(definition, workload)).solutions
     name = solutions[0] if solutions else "fallback"
     return name.removeprefix(definition.name + "_")
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from kernelarena.data import Definition, Language, Solution, Trace, Workload
 from kernelarena.data.definition import AxisError
 from kernelarena.data.expressions import ExpressionError
-from kernelarena.dispatch.table import Key, Measurement, shape_key, workload_flags
+from kernelarena.dispatch.table import Key, Measurement, workload_key
 
 
 def admitted_for_device(solution: Solution, device_kind: str) -> bool:
@@ -71,10 +71,9 @@ def admitted_timings(
     grouped: dict[tuple[Key, str], list[Trace]] = {}
     for (solution, _), trace in latest.items():
         try:
-            axes = definition.resolve_axes(trace.workload.axes)
+            key = workload_key(definition, trace.workload)
         except (AxisError, ExpressionError):
             continue
-        key = shape_key(definition, axes, workload_flags(definition, trace.workload))
         grouped.setdefault((key, solution), []).append(trace)
     table: dict[Key, list[Measurement]] = {}
     for (key, solution), group in grouped.items():

@@ -21,7 +21,7 @@ from kernelarena.build import BuildError, DependencyMissing, Runnable, build_sol
 from kernelarena.data import Definition, Trace, TraceSet
 from kernelarena.dispatch.runtime import describe_device
 from kernelarena.dispatch.store import load_or_build
-from kernelarena.dispatch.table import ApplyTable, shape_key, workload_flags
+from kernelarena.dispatch.table import ApplyTable, workload_key
 from kernelarena.evaluate.environment import hardware_name
 from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
 
@@ -140,10 +140,12 @@ def _won_trace(
     traces are of another model), only its shape."""
     keys = {tuple(e.key) for t in tables for e in t.entries if e.winner == name}
     for trace in trace_set.traces.get(definition.name, []):
-        if trace.solution == name and trace.passed:
-            axes = definition.resolve_axes(trace.workload.axes)
-            if shape_key(definition, axes, workload_flags(definition, trace.workload)) in keys:
-                return trace
+        if (
+            trace.solution == name
+            and trace.passed
+            and workload_key(definition, trace.workload) in keys
+        ):
+            return trace
     return None
 
 

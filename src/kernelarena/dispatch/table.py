@@ -194,13 +194,14 @@ def shape_key(
     return key + tuple(int(bool(given.get(name, False))) for name in names)
 
 
-def workload_flags(definition: Definition, workload: Workload) -> dict[str, bool]:
-    """The boolean scalar inputs' values a workload sets."""
-    values = {}
+def workload_key(definition: Definition, workload: Workload) -> Key:
+    """Rule 2's key of a workload: its resolved axes and the boolean scalar inputs it sets. Raises
+    what ``Definition.resolve_axes`` raises for axes that do not resolve."""
+    flags = {}
     for name in flag_inputs(definition):
         given = workload.inputs.get(name)
-        values[name] = bool(getattr(given, "value", False))
-    return values
+        flags[name] = bool(getattr(given, "value", False))
+    return shape_key(definition, definition.resolve_axes(workload.axes), flags)
 
 
 def build_table(
