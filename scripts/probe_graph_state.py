@@ -3,9 +3,9 @@
     python scripts/probe_graph_state.py             # every scenario, one fresh process each
     python scripts/probe_graph_state.py SCENARIO    # one, in this process
 
-A 60-call graph of the Triton rmsnorm_bf16 solution at 128x4096 (sets rotated past the L2, timed as
-``evaluate.timing.time_replays`` does, spin-led), its per-call time before and after the scenario's
-step. On an H200 (2026-11-26, logs/timing_state_2026-11-26_s10.txt): 2.31 us a call until work
+A 60-call graph of the Triton rmsnorm_bf16 solution at 128x4096 (sets and graph as
+``probe_small_shape_timing.py`` makes them, timed as ``evaluate.timing.time_replays`` does), its
+per-call time before and after the scenario's step. On an H200 (2026-11-26, logs/timing_state_2026-11-26_s10.txt): 2.31 us a call until work
 that allocates (a warm-up's results, a + b) has run on a second side stream, 2.66 from then on
 (the profiler: the same 2.27 us kernels, 0.1 against 0.45 us between them), for every graph of the
 process and for good; allocating on the default stream, freeing, capturing or replaying other
@@ -23,8 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
-ROWS, HIDDEN, EPS = 128, 4096, 1e-6
+from probe_small_shape_timing import HIDDEN, ROWS, allocator_sets, graph_of
 
 
 def _other_graph(device: torch.device, kernel: Callable[[], Any]) -> Any:
@@ -48,13 +47,7 @@ def _side_stream_work(device: torch.device, kernel: Callable[[], Any]) -> None:
 
 def run(scenario: str) -> str:
     from kernelarena.build import build_solution
-    from kernelarena.evaluate.timing import (
-        capture_graph,
-        graph_calls,
-        held_per_set,
-        sets_filling_l2,
-        time_replays,
-    )
+    from kernelarena.evaluate.timing import graph_calls, sets_filling_l2, time_replays
     from kernelarena.library import load_library
 
     device = torch.device("cuda:0")
@@ -63,26 +56,8 @@ def run(scenario: str) -> str:
     solution = build_solution(definition, library.solutions["rmsnorm_bf16_triton"], "cuda:0")
     count = sets_filling_l2(2 * ROWS * HIDDEN * 2 + HIDDEN * 2, device)
     calls = graph_calls(count)
-    sets = [
-        (
-            torch.randn(ROWS, HIDDEN, device=device, dtype=torch.bfloat16),
-            torch.randn(HIDDEN, device=device, dtype=torch.bfloat16),
-            torch.empty(ROWS, HIDDEN, device=device, dtype=torch.bfloat16),
-        )
-        for _ in range(count)
-    ]
+    sets = allocator_sets(count, device)
     a, b = torch.randn(1 << 20, device=device), torch.randn(1 << 20, device=device)
-
-    def call(i: int) -> Any:
-        x, weight, out = sets[i % count]
-        if solution.destination_passing_style:
-            return solution(x, weight, EPS, out)
-        return solution(x, weight, EPS)
-
-    def graph() -> Any:
-        held, _ = held_per_set(call, count)
-        with torch.no_grad():
-            return capture_graph(held, device, calls=calls)
 
     def per_call_us(timed: Any) -> float:
         return statistics.median(
@@ -90,10 +65,10 @@ def run(scenario: str) -> str:
         )
 
     kept: list[Any] = []
-    first = graph()
+    first = graph_of(solution, sets, device)
     before = per_call_us(first)
     if scenario == "second_graph":  # warm-up on a new side stream, capture, replay
-        kept.append(graph())
+        kept.append(graph_of(solution, sets, device))
     elif scenario == "side_stream_work":
         _side_stream_work(device, lambda: a + b)
     elif scenario == "other_graph_replayed":
