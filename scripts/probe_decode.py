@@ -54,8 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kernelarena.data import Workload
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.compare import compare
+from kernelarena.evaluate.graph_timing import capture_graph, time_replays
 from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference
-from kernelarena.evaluate.timing import capture_graph, time_cpu, time_cuda, time_replays
+from kernelarena.evaluate.timing import time_cpu, time_cuda
 from kernelarena.testing import build, library_definition
 
 DEFINITION = "attention_decode_bf16"

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probe_decode import Shape, load_baseline
 
-from kernelarena.evaluate.timing import capture_graph, spin_cycles_per_us
+from kernelarena.evaluate.graph_timing import capture_graph
+from kernelarena.evaluate.timing import spin_cycles_per_us
 from kernelarena.testing import build
 
 REPLAYS = 20
@@ -67,8 +68,8 @@ def bench_sets(shapes: str, run: Any, device: torch.device) -> list[dict]:
     timed by its timer (``time_cuda_graph``) and by ``time_graph`` above, in this process."""
     from benchmarks.bench_attention import decode_sets, prepared
 
+    from kernelarena.evaluate.graph_timing import time_cuda_graph
     from kernelarena.evaluate.inputs import allocate_outputs
-    from kernelarena.evaluate.timing import time_cuda_graph
     from kernelarena.library import load_library
 
     name, records = "attention_decode_bf16", []

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_nvfp4_gemv import INPUTS, bytes_moved, mismatch
 
 from kernelarena.evaluate.ceilings import measure_ceilings
-from kernelarena.evaluate.timing import time_cuda_graph
+from kernelarena.evaluate.graph_timing import time_cuda_graph
 from kernelarena.testing import build, library_definition, reference
 
 READ_SOURCE = r"""

@@ -21,7 +21,7 @@ import torch
 
 from kernelarena.build import Runnable, build_solution
 from kernelarena.evaluate.arena import Arena
-from kernelarena.evaluate.timing import (
+from kernelarena.evaluate.graph_timing import (
     capture_graph,
     graph_calls,
     held_per_set,

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 import torch
 
-from kernelarena.evaluate import timing as timing_module
-from kernelarena.evaluate.timing import (
-    Timing,
+from kernelarena.evaluate import graph_timing
+from kernelarena.evaluate.graph_timing import (
+    capture_graph,
     held_per_set,
     prefers_graph,
     probe_cuda_graph,
-    summarize,
     time_cuda_graph,
 )
+from kernelarena.evaluate.timing import Timing, summarize
 
 
 def _timing(ms: float) -> Timing:
@@ -42,8 +42,8 @@ def _stand_ins(
         called.append("events")
         return events
 
-    monkeypatch.setattr(timing_module, "probe_cuda_graph", fake_probe)
-    monkeypatch.setattr(timing_module, "time_cuda", fake_events)
+    monkeypatch.setattr(graph_timing, "probe_cuda_graph", fake_probe)
+    monkeypatch.setattr(graph_timing, "time_cuda", fake_events)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     return called
 
@@ -151,6 +151,33 @@ def test_gpu_graph_replays_stop_at_their_budget() -> None:
     assert 5 <= budgeted.count < 30, budgeted.count
     tiny = time_cuda_graph(call, device, replays=30, budget_ms=1e-6, min_replays=5)
     assert tiny.count == 5
+
+
+@pytest.mark.gpu
+def test_gpu_capture_warms_up_on_the_current_stream_after_settling() -> None:
+    """The warm-up calls run on the stream the timed calls run on (no side stream of their own),
+    the capture on another, the graph's results are the calls', and the process is settled in
+    its lasting graph state once per device before its first capture."""
+    device = torch.device("cuda:0")
+    x = torch.randn(4096, device=device)
+    outs = [torch.full_like(x, float("nan")) for _ in range(4)]
+    streams: list[int] = []
+
+    def call(i: int) -> None:
+        streams.append(torch.cuda.current_stream(device).cuda_stream)
+        torch.mul(x, float(i + 1), out=outs[i % 4])
+
+    timing_stream = torch.cuda.current_stream(device).cuda_stream
+    graph = capture_graph(call, device, calls=4, warmup=3)
+    assert 0 in graph_timing._SETTLED_DEVICES
+    assert streams[:3] == [timing_stream] * 3
+    assert all(s != timing_stream for s in streams[3:]) and len(streams) == 7
+    for out in outs:
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize(device)
+    for k, out in enumerate(outs):
+        torch.testing.assert_close(out, x * float(k + 1), rtol=0, atol=0)
 
 
 def _second_look(monkeypatch: pytest.MonkeyPatch, first_ms: float, second_ms: float) -> Any:

@@ -189,7 +189,7 @@ class Sandbox:
         return lambda i: runnable(*bound[i % len(bound)])
 
     def _probe(self, set_ids: list[int], options: dict[str, Any]) -> dict[str, Any]:
-        from kernelarena.evaluate.timing import prefers_graph
+        from kernelarena.evaluate.graph_timing import prefers_graph
 
         graph = prefers_graph(
             self._caller(set_ids),
@@ -206,7 +206,8 @@ class Sandbox:
         return reply
 
     def _timed(self, set_ids: list[int], options: dict[str, Any], graph: bool) -> dict[str, Any]:
-        from kernelarena.evaluate.timing import graph_calls, time_events_or_clock
+        from kernelarena.evaluate.graph_timing import graph_calls
+        from kernelarena.evaluate.timing import time_events_or_clock
 
         torch, fn = self.torch, self._caller(set_ids)
         with torch.no_grad():
@@ -233,7 +234,7 @@ class Sandbox:
         solution's do; the last call's result is kept after the capture (its memory is the
         graph's: a replay rewrites it), so that ``replay_check`` can deliver what the graph
         computes."""
-        from kernelarena.evaluate.timing import capture_graph, held_per_set, time_replays
+        from kernelarena.evaluate.graph_timing import capture_graph, held_per_set, time_replays
 
         torch, device = self.torch, self.device
         held, results = held_per_set(fn, len(set_ids))
@@ -254,7 +255,7 @@ class Sandbox:
         value-returning solution's results land in the judge's buffers. The reply's ``host_ms``:
         the time the calls took to return, before the synchronization (the host's submit time; a
         claim the judge bounds by its own clock)."""
-        from kernelarena.evaluate.timing import held_per_set
+        from kernelarena.evaluate.graph_timing import held_per_set
 
         fn, results = held_per_set(self._caller(set_ids), len(set_ids))
         with self.torch.no_grad():

@@ -1,5 +1,5 @@
-"""Timing with every sample kept: CUDA events (L2 flushed between calls), CUDA graphs, CPU clock;
-and a cheap probe of a call's GPU time (``probe_cuda_graph``) that decides between the first two.
+"""Timing with every sample kept: CUDA events (L2 flushed between calls) and the CPU clock. CUDA
+graph timing, and the probe that decides between graphs and events, are in ``graph_timing``.
 
 Each timer calls ``fn(i)`` for iteration ``i`` so that callers can rotate input sets; warm-up calls
 are made first and never counted. ``summarize`` gives the median and the 20th/80th percentiles.
@@ -7,7 +7,6 @@ are made first and never counted. ``summarize`` gives the median and the 20th/80
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -147,166 +146,6 @@ def time_cuda(
     return summarize(samples, "cuda_events_l2_flush" if flush_l2 else "cuda_events")
 
 
-def time_cuda_graph(
-    fn: Call,
-    device: torch.device,
-    *,
-    calls_per_graph: int = 20,
-    replays: int = 30,
-    warmup: int = 3,
-    budget_ms: float | None = None,
-    min_replays: int = 5,
-) -> Timing:
-    """For kernels too short for per-call events: a graph of ``calls_per_graph`` calls, each
-    replay timed, each sample the replay time over the calls in it. Launch gaps vanish; the L2 is
-    not flushed inside a graph, so callers rotate inputs through ``fn(i)`` where that matters.
-    With ``budget_ms``, replays stop once they have taken that long (after ``min_replays``)."""
-    graph = capture_graph(fn, device, calls=calls_per_graph, warmup=warmup)
-    timing = time_replays(
-        graph,
-        device,
-        calls_per_graph,
-        replays=replays,
-        budget_ms=budget_ms,
-        min_replays=min_replays,
-    )
-    del graph
-    return timing
-
-
-def graph_calls(sets: int) -> int:
-    """Calls in the graph a timing captures over ``sets`` input sets: every set at least once, and
-    at least 20 calls (the judge computes the same to know which set a graph's last call used)."""
-    return max(20, sets)
-
-
-MAX_ROTATED_SETS = 64
-
-
-def sets_filling_l2(set_bytes: float, device: torch.device) -> int:
-    """How many input sets of ``set_bytes`` (inputs and outputs) fill twice the L2, so that a graph
-    reading each once finds none of them there: at least 2, at most ``MAX_ROTATED_SETS``; 2 off
-    the GPU. The engine's rotation, and the benchmarks', so that a trace and a benchmark's figure
-    for the same solution compare."""
-    if device.type != "cuda":
-        return 2
-    l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20))
-    return max(2, min(MAX_ROTATED_SETS, math.ceil(2 * l2_bytes / max(set_bytes, 1))))
-
-
-def held_per_set(fn: Call, sets: int) -> tuple[Call, list[Any]]:
-    """``fn(i)`` (a call on set ``i % sets``), with each result held until the next call on the same
-    set replaces it, and the list that holds them (one slot per set). A value-returning solution's
-    outputs then take fresh memory per set, as a destination-passing solution writes the set's own
-    outputs: a result dropped at once hands its memory to the next call, whose writes then stay in
-    the L2 (a 128x4096 rmsnorm's 1 MB, a 4096x2048 silu_and_mul's 16 MB) where the
-    destination-passing solution's go out to memory. Engine traces on an H100 read Liger's and the
-    compiled peer's 128x4096 rmsnorm 14-15% faster with their results dropped (2026-11-25)."""
-    results: list[Any] = [None] * sets
-
-    def held(i: int) -> Any:
-        result = fn(i)
-        results[i % sets] = result
-        return result
-
-    return held, results
-
-
-def capture_graph(fn: Call, device: torch.device, *, calls: int, warmup: int = 3) -> Any:
-    """Warm-up calls on a side stream, then ``calls`` calls captured in one CUDA graph, replayed
-    once (the first replay uploads it)."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for i in range(warmup):
-            fn(i)
-    torch.cuda.current_stream(device).wait_stream(side)
-    torch.cuda.synchronize(device)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(i)
-    graph.replay()
-    torch.cuda.synchronize(device)
-    return graph
-
-
-def time_replays(
-    graph: Any,
-    device: torch.device,
-    calls: int,
-    *,
-    replays: int = 30,
-    budget_ms: float | None = None,
-    min_replays: int = 5,
-    lead_us: float = EVENT_LEAD_US,
-) -> Timing:
-    """Each replay between two events, ``lead_us`` of spin queued before the start event: the
-    graph's launch then happens while the GPU is busy, and the span holds the graph's GPU work
-    only. Without the spin the span also holds the host's launch of the graph (an H200,
-    2026-11-26: a 60-call graph of 2.27 us rmsnorm kernels read 2.82 us a call without the spin
-    and 2.32 with it, with the same kernels and gaps in the profiler: 30 us of launch a replay)."""
-    samples = []
-    stream = torch.cuda.current_stream(device)
-    spin_cycles = int(lead_us * spin_cycles_per_us(device)) if lead_us > 0 else 0
-    spent_ms = 0.0
-    for replay in range(replays):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        if spin_cycles:
-            torch.cuda._sleep(spin_cycles)
-        start.record(stream)
-        graph.replay()
-        end.record(stream)
-        end.synchronize()
-        replay_ms = start.elapsed_time(end)
-        samples.append(replay_ms / calls)
-        spent_ms += replay_ms
-        if budget_ms is not None and replay + 1 >= min_replays and spent_ms >= budget_ms:
-            break
-    return summarize(samples, "cuda_graph")
-
-
-def probe_cuda_graph(
-    fn: Call, device: torch.device, *, calls: int = 2, replays: int = 3, warmup: int = 3
-) -> Timing:
-    """The GPU time of a call without its host cost, cheaply: ``calls`` calls captured in one graph,
-    each of ``replays`` replays timed with events, each sample the replay time over the calls. For
-    choosing how to time, not for reporting: the data stay in L2 between replays. Raises when the
-    call cannot be captured. Captures as ``torch.cuda.graph`` does (the allocator's cache emptied
-    first, so the memory of earlier graphs is returned), except that the current stream is restored
-    also when the capture fails: ``torch.cuda.graph`` leaves its capture stream current when
-    ``capture_end`` raises, and later events would be recorded there."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side):
-        for i in range(warmup):
-            fn(i)
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        graph.capture_begin()
-        try:
-            for i in range(calls):
-                fn(i)
-        finally:
-            graph.capture_end()  # ends the capture also when a call failed in it
-    stream = torch.cuda.current_stream(device)
-    stream.wait_stream(side)
-    pairs = []
-    for _ in range(replays):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        graph.replay()
-        end.record(stream)
-        pairs.append((start, end))
-    torch.cuda.synchronize(device)
-    samples = [s.elapsed_time(e) / calls for s, e in pairs]
-    del graph
-    return summarize(samples, "cuda_graph_probe")
-
-
 def time_cpu(
     fn: Call,
     *,
@@ -326,37 +165,6 @@ def time_cpu(
         if iteration + 1 >= min_iterations and (time.perf_counter() - started) * 1e3 > budget_ms:
             break
     return summarize(samples, "cpu_clock")
-
-
-def prefers_graph(fn: Call, device: torch.device, *, warmup: int, graph_below_us: float) -> bool:
-    """The GPU time of a call decides the mode: under ``graph_below_us``, CUDA graphs (launch
-    gaps would dominate per-call events), so the longer event run is spent only where it is
-    used. A few calls timed with events give the GPU time when the GPU is the slower side;
-    when the host takes as long to submit a call as the events measured (an autotuned Triton
-    launcher: 70-110 us of Python for a 2-35 us kernel), events measure the host, and a graph
-    of two calls replayed gives the GPU time instead. Long GPU-bound calls (a copy of a GiB)
-    are never captured by the probe. A call that cannot be captured is timed with events."""
-    if device.type != "cuda":
-        return False
-    with torch.no_grad():
-        events = time_cuda(
-            fn, device, warmup=warmup, max_iterations=5, min_iterations=5, budget_ms=0.0
-        )
-        if events.median_ms * 1e3 < graph_below_us:
-            return True
-        submitted = time.perf_counter()
-        for i in range(3):
-            fn(i)
-        host_ms = (time.perf_counter() - submitted) * 1e3 / 3
-        torch.cuda.synchronize(device)
-        if host_ms < 0.5 * events.median_ms:
-            return False  # the GPU is the slower side: the events measured it
-        try:
-            probe = probe_cuda_graph(fn, device, warmup=warmup)
-        except Exception:  # not capturable; a call that fails outright fails again in events
-            torch.cuda.synchronize(device)
-            return False
-    return probe.median_ms * 1e3 < graph_below_us
 
 
 def time_events_or_clock(

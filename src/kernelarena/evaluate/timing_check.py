@@ -30,6 +30,7 @@ from kernelarena.evaluate.crosscheck import (
     physics_floor_ms,
     reported_timing,
 )
+from kernelarena.evaluate.graph_timing import graph_calls, sets_filling_l2, time_cuda_graph
 from kernelarena.evaluate.inputs import seed_for
 from kernelarena.evaluate.judge_clock import (
     agreed_clock,
@@ -46,13 +47,7 @@ from kernelarena.evaluate.shared_sets import (
     expect_success,
     with_details,
 )
-from kernelarena.evaluate.timing import (
-    Timing,
-    graph_calls,
-    sets_filling_l2,
-    time_cuda_graph,
-    time_events_or_clock,
-)
+from kernelarena.evaluate.timing import Timing, time_events_or_clock
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.evaluator import Evaluator
