@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from probe_decode import Shape, load_baseline
 
 from kernelarena.evaluate.graph_timing import capture_graph
-from kernelarena.evaluate.timing import spin_cycles_per_us
+from kernelarena.evaluate.timing import lead_spin_cycles
 from kernelarena.testing import build
 
 REPLAYS = 20
@@ -44,7 +44,7 @@ REPLAYS = 20
 def time_graph(graph: Any, calls: int, lead_us: float) -> tuple[float, float]:
     """(median GPU ms a call, median host ms a submission) over ``REPLAYS`` replays."""
     stream = torch.cuda.current_stream()
-    spin_cycles = int(lead_us * spin_cycles_per_us(torch.device("cuda"))) if lead_us else 0
+    spin_cycles = lead_spin_cycles(torch.device("cuda"), lead_us)
     samples, host = [], []
     for _ in range(REPLAYS):
         if spin_cycles:

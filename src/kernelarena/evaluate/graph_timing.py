@@ -19,7 +19,7 @@ from kernelarena.evaluate.timing import (
     EVENT_LEAD_US,
     Call,
     Timing,
-    spin_cycles_per_us,
+    lead_spin_cycles,
     summarize,
     time_cuda,
 )
@@ -159,7 +159,7 @@ def time_replays(
     and 2.32 with it, with the same kernels and gaps in the profiler: 30 us of launch a replay)."""
     samples = []
     stream = torch.cuda.current_stream(device)
-    spin_cycles = int(lead_us * spin_cycles_per_us(device)) if lead_us > 0 else 0
+    spin_cycles = lead_spin_cycles(device, lead_us)
     spent_ms = 0.0
     for replay in range(replays):
         start = torch.cuda.Event(enable_timing=True)

@@ -99,6 +99,11 @@ def spin_cycles_per_us(device: torch.device) -> float:
 EVENT_LEAD_US = 150.0
 
 
+def lead_spin_cycles(device: torch.device, lead_us: float) -> int:
+    """Cycles of ``torch.cuda._sleep`` for a spin of about ``lead_us`` (0: no spin)."""
+    return int(lead_us * spin_cycles_per_us(device)) if lead_us > 0 else 0
+
+
 def time_cuda(
     fn: Call,
     device: torch.device,
@@ -115,7 +120,7 @@ def time_cuda(
     that the GPU is still busy while the host prepares the call: the pair then times the call's
     GPU work, not a host launch longer than its kernels (a torch.compile wrapper's 50-100 us)."""
     flusher = l2_flusher(device) if flush_l2 else None
-    spin_cycles = int(lead_us * spin_cycles_per_us(device)) if lead_us > 0 else 0
+    spin_cycles = lead_spin_cycles(device, lead_us)
     stream = torch.cuda.current_stream(device)
     for i in range(warmup):
         fn(i)
