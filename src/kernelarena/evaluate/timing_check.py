@@ -1,17 +1,16 @@
 """Time a solution in its sandbox, then check the claim from the judge's side.
 
 The sandbox times the call the way ``docs/evaluation.md`` describes (a probe decides between CUDA
-graph replays over input sets rotated through twice the L2, and CUDA events with the L2 flushed), and
-sends its samples. The judge times eager loops over the timed sets with its own clock around the
+graph replays over input sets rotated through twice the L2, and CUDA events with the L2 flushed),
+and sends its samples. The judge times eager loops over the timed sets with its own clock around the
 sandbox's device synchronization (for graph timing, replays of the sandbox's own graph too;
-``judge_clock``), checks
-that a few timed sets' inputs still hold what it drew (no output aliases them), then refills the
-sets it draws at random in place with new values, poisons the other sets' outputs (and
-half of the refilled ones'), and calls each set once. Every poisoned output must be complete the
-moment the pass returns (work left on another stream shows as poison) and the refilled sets must
-match the reference (results cached by address, or kept where an output already held a value,
-fail). For graph timing the same check follows one replay of the timed graph. ``crosscheck`` then
-decides whether the reported samples can be true, with a second look before a rejection. The
+``judge_clock``), checks that a few timed sets' inputs still hold what it drew (no output aliases
+them), then refills the sets it draws at random in place with new values, poisons the other sets'
+outputs (and half of the refilled ones'), and calls each set once. Every poisoned output must be
+complete the moment the pass returns (work left on another stream shows as poison) and the refilled
+sets must match the reference (results cached by address, or kept where an output already held a
+value, fail). For graph timing the same check follows one replay of the timed graph. ``crosscheck``
+then decides whether the reported samples can be true, with a second look before a rejection. The
 reference is timed here, in the judge, with the sandbox stopped.
 """
 
