@@ -26,20 +26,22 @@ from typing import Any
 
 import torch
 
-from kernelarena.build.cache import cache_root
+from kernelarena.build.cache import sandbox_cache
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.graph_timing import time_cuda_graph
+from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE
 from kernelarena.evaluate.timing import EVENT_LEAD_US, Timing, summarize, time_cpu, time_cuda
 
 RESULTS = Path(__file__).parent / "results"
 EVENT_PASSES = 3
 
-# The compiled peers' kernels come from the Inductor cache the engine's sandboxes use
-# (``evaluate.worker._sandbox_writable``), so a benchmark and ``kernelarena run`` on one machine
-# time the same autotuned kernels: Inductor picks a reduction's launch config by timing each at
-# its first call, and at 128x4096 separate caches gave the compiled rmsnorm and layernorm configs
-# 13-23% apart in GPU time (H100 and H200, 2026-11-26) where every other provider agreed.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+# The compiled peers' kernels come from the Inductor cache the engine's sandboxes use for the
+# library's solutions (``evaluate.solution_caches``: written by kernelarena's own code only), so a
+# benchmark and ``kernelarena run`` on one machine time the same autotuned kernels: Inductor picks
+# a reduction's launch config by timing each at its first call, and at 128x4096 separate caches
+# gave the compiled rmsnorm and layernorm configs 13-23% apart in GPU time (H100 and H200,
+# 2026-11-26) where every other provider agreed.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(sandbox_cache(LIBRARY_NAMESPACE) / "inductor"))
 
 
 class Unsupported(Exception):

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 import kernelarena.evaluate.compare as judge_module
+from kernelarena.build.cache import cache_root, sandbox_cache
 from kernelarena.data import Status, Trace
 from kernelarena.evaluate.benchmark import Benchmark
 from kernelarena.evaluate.bytecode import bytecode_folder
 from kernelarena.evaluate.confine import landlock_abi
 from kernelarena.evaluate.jobs import Timeouts
 from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE
 from tests.evaluate.bad_solutions import FIXTURES, trace_set
 
 ADVERSARIES = Path(__file__).parent.parent / "fixtures" / "adversarial"
@@ -34,6 +36,7 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "reads_expected": NUMERICAL,
     "writes_judge_files": (Status.RUNTIME_ERROR, True, "PermissionError"),
     "plants_bytecode": (Status.RUNTIME_ERROR, True, "PermissionError"),
+    "plants_build_cache": (Status.RUNTIME_ERROR, True, "PermissionError"),
     "forks_child": (Status.RUNTIME_ERROR, True, "process(es) running after its job"),
     "exits_early": (Status.RUNTIME_ERROR, True, "exited with code 0"),
     "signals_judge": (Status.RUNTIME_ERROR, True, "PermissionError"),
@@ -75,12 +78,16 @@ def _attack(
     dataset = tmp_path / "attacked"
     dataset.mkdir()
     os.environ["KERNELARENA_ADVERSARY_DATASET"] = str(dataset)
+    # Trusted processes load these; a sandbox writes only its own solution's caches.
+    caches = [cache_root() / "tvm_ffi", sandbox_cache(LIBRARY_NAMESPACE), sandbox_cache("another")]
+    os.environ["KERNELARENA_ADVERSARY_CACHES"] = os.pathsep.join(map(str, caches))
     judge_file = Path(judge_module.__file__)
     before = _digest(judge_file)
     try:
         by_solution = _run(cases, devices, dataset, size)
     finally:
         del os.environ["KERNELARENA_ADVERSARY_DATASET"]
+        del os.environ["KERNELARENA_ADVERSARY_CACHES"]
     for stem, (status, _, phrase) in cases.items():
         evaluation = by_solution[f"vector_scale_{stem}"].evaluation
         assert evaluation is not None
@@ -89,6 +96,7 @@ def _attack(
         assert phrase in evaluation.log, f"{stem}: log lacks {phrase!r}:\n{evaluation.log}"
     assert not (dataset / "planted.txt").exists()
     assert not list(bytecode_folder().glob("planted_by_a_solution*"))
+    assert not [c for c in caches if (c / "planted_by_a_solution.so").exists()]
     assert _digest(judge_file) == before
     good = by_solution["vector_scale_good_first"].evaluation
     assert good is not None and good.status is Status.PASSED, good

@@ -17,10 +17,27 @@ from typing import Any
 from filelock import FileLock
 
 
-def cache_root() -> Path:
+def cache_base() -> Path:
+    """``$KERNELARENA_CACHE`` or ``~/.cache/kernelarena``: builds, dispatch tables, sandboxes'."""
     configured = os.environ.get("KERNELARENA_CACHE")
-    root = Path(configured) if configured else Path.home() / ".cache" / "kernelarena"
-    return root / "build"
+    return Path(configured) if configured else Path.home() / ".cache" / "kernelarena"
+
+
+def cache_root() -> Path:
+    return cache_base() / "build"
+
+
+def sandbox_caches_root() -> Path:
+    """Where sandboxes keep their caches, one folder per solution (``sandbox_cache``); the rest of
+    ``cache_base()`` is written by trusted processes only."""
+    return cache_base() / "sandboxes"
+
+
+def sandbox_cache(namespace: str) -> Path:
+    """The caches of the solutions of one namespace (``evaluate.solution_caches``)."""
+    if not namespace or not all(c.isalnum() or c in "-_" for c in namespace):
+        raise ValueError(f"cache namespace {namespace!r}: letters, digits, '-' and '_' only")
+    return sandbox_caches_root() / namespace
 
 
 def cache_key(**parts: Any) -> str:

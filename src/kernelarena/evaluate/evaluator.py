@@ -50,6 +50,7 @@ from kernelarena.evaluate.shared_sets import (
     merge,
     with_details,
 )
+from kernelarena.evaluate.solution_caches import namespace_of
 from kernelarena.evaluate.timing import device_healthy
 from kernelarena.evaluate.warm_up import JudgeWarmUp
 
@@ -245,7 +246,7 @@ class Evaluator:
         key = definition.content_hash()
         if key not in sandbox.builds:
             sandbox.builds[key] = sandbox.request(
-                "build", definition.to_json_dict(), solution.to_json_dict()
+                "build", definition.to_json_dict(), solution.to_json_dict(), namespace_of(solution)
             )
         return sandbox.builds[key]
 

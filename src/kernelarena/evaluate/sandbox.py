@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -37,7 +38,9 @@ _TIMED = frozenset({"probe", "time", "eager", "replay", "replay_check"})
 
 
 class Sandbox:
-    def __init__(self, conn: Connection, device: Any) -> None:
+    def __init__(
+        self, conn: Connection, device: Any, writable: Sequence[str] = (), confined: bool = False
+    ) -> None:
         import torch
 
         self.torch = torch
@@ -54,6 +57,9 @@ class Sandbox:
         # (``_warm_triton``), if that job's solution may use Triton, until a timed request or ping.
         self.warm_pending = False
         self.warming: threading.Thread | None = None
+        self.writable, self.confined = list(writable), confined
+        self.namespace: str | None = None  # the solution's caches (``solution_caches``)
+        self.caches = ""  # where they are and what confines them, for the build's reply
 
     def serve(self) -> None:
         while True:
@@ -114,10 +120,23 @@ class Sandbox:
     def _ping(self) -> dict[str, Any]:
         return {"ok": True}
 
-    def _build(self, definition_json: dict[str, Any], solution_json: dict[str, Any]) -> Any:
+    def _build(
+        self,
+        definition_json: dict[str, Any],
+        solution_json: dict[str, Any],
+        namespace: str | None = None,
+    ) -> Any:
         from kernelarena.build import BuildError, DependencyMissing, build_solution
         from kernelarena.data import Definition, Solution
 
+        if namespace is not None and namespace != self.namespace:
+            # Before any of the solution's code is built or imported.
+            if self.namespace is not None:
+                raise RuntimeError(f"this sandbox serves caches {self.namespace}, not {namespace}")
+            from kernelarena.evaluate import solution_caches
+
+            self.caches = solution_caches.enter(namespace, self.writable, self.confined)
+            self.namespace = namespace
         definition = Definition.model_validate(definition_json)
         solution = Solution.model_validate(solution_json)
         try:
@@ -127,6 +146,8 @@ class Sandbox:
         except BuildError as error:
             return {"build_error": str(error)[-8000:]}
         metadata = {k: str(v) for k, v in self.runnable.metadata.items()}
+        if self.caches:
+            metadata["caches"] = self.caches
         return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
 
     def _bind(self, new_chunks: dict[int, Any], bindings: list[tuple[Any, ...]]) -> dict[str, Any]:
@@ -363,7 +384,7 @@ def main(argv: list[str]) -> None:
     torch.backends.cudnn.allow_tf32 = False
     import kernelarena.build  # noqa: F401  (its imports, before the first request waits on them)
 
-    sandbox = Sandbox(conn, device)
+    sandbox = Sandbox(conn, device, writable, confined=confinement.startswith("Landlock ABI"))
     if device.type != "cuda":
         with contextlib.suppress(ImportError):
             import triton  # noqa: F401  (as _warm_triton says; the interpreter has no cache key)

@@ -215,21 +215,18 @@ def _arena_folder(log_folder: Path) -> Path:
 
 
 def _sandbox_writable(arena_folder: Path) -> list[str]:
-    """The folders a sandbox may change: build caches (kernelarena's, Triton's, Inductor's, the
-    CUDA driver's), /dev (device files, shared memory) and the arena. Its own temporary folder is
-    added per sandbox. Everything else, the datasets and kernelarena's own files included, is
+    """The folders a sandbox may change: the sandboxes' caches (each narrows this to its own
+    solution's folder before the solution is built, ``solution_caches.enter``), /dev (device
+    files, shared memory) and the arena. Its own temporary folder is added per sandbox. Everything
+    else, the trusted build caches, the datasets and kernelarena's own files included, is
     read-only to solution code where the kernel has Landlock."""
-    from kernelarena.build.cache import cache_root
+    from kernelarena.build.cache import sandbox_caches_root
 
-    home = Path.home()
-    inductor = os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
-    triton = os.environ.get("TRITON_CACHE_DIR") or str(home / ".triton")
-    folders = [cache_root(), Path(inductor), Path(triton), home / ".nv", home / ".cache"]
-    for folder in folders:
-        # A folder that cannot be made here cannot be written by a sandbox either.
-        with contextlib.suppress(OSError):
-            folder.mkdir(parents=True, exist_ok=True)
-    return [str(f) for f in folders] + ["/dev", str(arena_folder)]
+    root = sandbox_caches_root()
+    # A folder that cannot be made here cannot be written by a sandbox either.
+    with contextlib.suppress(OSError):
+        root.mkdir(parents=True, exist_ok=True)
+    return [str(root), "/dev", str(arena_folder)]
 
 
 def redirect_output(log_path: str) -> None:

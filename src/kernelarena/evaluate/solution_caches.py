@@ -1,0 +1,71 @@
+"""Each solution's caches in a folder of its own: what one solution's code writes, no other
+solution's sandbox and no trusted process ever loads.
+
+A sandbox serves one solution. Before that solution is built it enters the solution's namespace
+(``enter``): kernelarena's build cache, Triton's, Inductor's, the CUDA driver's and the home folder
+point into ``build.cache.sandbox_cache(namespace)``, and (where Landlock holds) a second layer of
+confinement leaves that folder the only cache it may change. The namespace is the solution's
+content hash, so a solution rerun finds its own builds; the library's solutions share one,
+``library``, since their code is kernelarena's own: the benchmarks load the compiled peer's
+Inductor cache from there (``benchmarks/harness.py``), and apply in a user's program builds in the
+trusted ``build.cache.cache_root()``, which no sandbox can write.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from kernelarena.build.cache import sandbox_cache, sandbox_caches_root
+from kernelarena.data import Solution
+
+LIBRARY_NAMESPACE = "library"
+
+
+@functools.cache
+def library_solution_hashes() -> frozenset[str]:
+    from kernelarena.library import load_library
+
+    return frozenset(s.content_hash() for s in load_library().solutions.values())
+
+
+def namespace_of(solution: Solution) -> str:
+    """``library`` for a solution whose content is one of the library's, else its content hash."""
+    digest = solution.content_hash()
+    return LIBRARY_NAMESPACE if digest in library_solution_hashes() else digest
+
+
+def cache_environment(folder: Path) -> dict[str, str]:
+    """The variables that point this process's caches (and home) into ``folder``."""
+    home = folder / "home"
+    return {
+        "KERNELARENA_CACHE": str(folder),
+        "TRITON_CACHE_DIR": str(folder / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
+        "CUDA_CACHE_PATH": str(folder / "nv"),
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
+
+
+def enter(namespace: str, writable: Iterable[str], confined: bool) -> str:
+    """Point this process's caches at ``namespace``'s folder and, when ``confined`` (the sandbox's
+    first confinement holds), confine writes to that folder and the other ``writable`` folders
+    (the sandboxes' caches root dropped). Returns what holds, for the log."""
+    from kernelarena.evaluate.bytecode import bytecode_folder
+    from kernelarena.evaluate.confine import confine_writes
+
+    root = sandbox_caches_root()
+    folder = sandbox_cache(namespace)
+    environment = cache_environment(folder)
+    # The judge's bytecode folder stays where it is (its default follows HOME): read, never written.
+    os.environ.setdefault("KERNELARENA_BYTECODE_CACHE", str(bytecode_folder()))
+    for path in (folder, *(Path(v) for k, v in environment.items() if k != "KERNELARENA_CACHE")):
+        path.mkdir(parents=True, exist_ok=True)
+    os.environ.update(environment)
+    if not confined:
+        return f"caches in {folder} (writes not confined)"
+    others = [w for w in writable if Path(w) != root]
+    return f"caches in {folder}; " + confine_writes([str(folder), *others])
