@@ -16,9 +16,10 @@
 # FlashInfer compiles each kernel module with nvcc on first use, and its Hopper (FA3) modules are
 # slow to build (here, 2 cores: 2.5-6 min of wall time per prefill module, 13 min of CPU time for
 # the six bf16 modules' FA3 parts; on the 16-core H100 host six modules did not finish in 170 s).
-# --prebuild compiles them here instead (nvcc needs no GPU): the bf16 modules the three peers use
+# --prebuild compiles them here instead (nvcc needs no GPU): the modules the three peers use
 # (single prefill and ragged/paged batch prefill with the FA3 backend, batch decode; head_dim 64
-# and 128; FLASHINFER_DTYPES="bf16 fp16" for both dtypes), about 25 minutes on 2 cores, 6.6 MB.
+# and 128) for bf16 and fp16, as the library's definitions need (FLASHINFER_DTYPES=bf16 for one),
+# 25-30 minutes a dtype on 2 cores, 6.6 MB a dtype.
 # They go to .fi-aot/<module>/<module>.so; on the GPU machine, after the pip line above:
 #   mkdir -p /tmp/site/flashinfer/data/aot && cp -r .fi-aot/* /tmp/site/flashinfer/data/aot/
 # and FlashInfer loads them as its AOT modules (no nvcc, no ~/.cache/flashinfer). Pass both
@@ -69,7 +70,7 @@ fi
 CPATH=${extra_include}${CPATH:+:$CPATH} LIBRARY_PATH=$build/stub${LIBRARY_PATH:+:$LIBRARY_PATH} \
 PYTHONPATH=$build/site FLASHINFER_CUDA_ARCH_LIST=9.0a \
 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-$build} CUDA_HOME=$cuda \
-FLASHINFER_DTYPES=${FLASHINFER_DTYPES:-bf16} "$python" - "$root/.fi-aot" <<'PY'
+FLASHINFER_DTYPES=${FLASHINFER_DTYPES:-bf16 fp16} "$python" - "$root/.fi-aot" <<'PY'
 import importlib.abc, os, shutil, sys, time
 from pathlib import Path
 
