@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from kernelarena.build.cache import sandbox_cache
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.graph_timing import time_cuda_graph
 from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE
-from kernelarena.evaluate.timing import EVENT_LEAD_US, Timing, summarize, time_cpu, time_cuda
+from kernelarena.evaluate.timing import Timing, summarize, time_events_or_clock
 
 RESULTS = Path(__file__).parent / "results"
 EVENT_PASSES = 3
@@ -135,16 +136,13 @@ def _time_interleaved(
     whichever came last."""
 
     def one_pass(fn: Callable[[int], Any]) -> Timing:
-        iterations, budget_ms = 60 // EVENT_PASSES, 400 / EVENT_PASSES
-        if device.type != "cuda":
-            return time_cpu(fn, max_iterations=iterations, min_iterations=2, budget_ms=budget_ms)
-        return time_cuda(
+        return time_events_or_clock(
             fn,
             device,
-            max_iterations=iterations,
+            warmup=3,
+            max_iterations=60 // EVENT_PASSES,
             min_iterations=2,
-            budget_ms=budget_ms,
-            lead_us=EVENT_LEAD_US,
+            budget_ms=400 / EVENT_PASSES,
         )
 
     samples: dict[str, list[float]] = {name: [] for name in providers}
@@ -155,7 +153,7 @@ def _time_interleaved(
         for name in names[index % len(names) :] + names[: index % len(names)]:
             if name in failed:
                 continue
-            timed = _guarded(lambda fn=providers[name]: one_pass(fn))
+            timed = _guarded(partial(one_pass, providers[name]))
             if isinstance(timed, Exception):
                 failed[name] = timed
             else:
@@ -211,12 +209,9 @@ def run(
         ):
             for provider, fn in providers.items():
                 if isinstance(timings[provider], Timing):
-                    try:
-                        timings[provider] = time_cuda_graph(
-                            fn, device, calls_per_graph=case.graph_calls
-                        )
-                    except Exception as error:
-                        timings[provider] = error
+                    timings[provider] = _guarded(
+                        partial(time_cuda_graph, fn, device, calls_per_graph=case.graph_calls)
+                    )
         for provider, result in timings.items():
             rows.append(_row(case, provider, result, ceilings))
         del providers

@@ -62,8 +62,8 @@ def enter(namespace: str, writable: Iterable[str], confined: bool) -> str:
     environment = cache_environment(folder)
     # The judge's bytecode folder stays where it is (its default follows HOME): read, never written.
     os.environ.setdefault("KERNELARENA_BYTECODE_CACHE", str(bytecode_folder()))
-    for path in (folder, *(Path(v) for k, v in environment.items() if k != "KERNELARENA_CACHE")):
-        path.mkdir(parents=True, exist_ok=True)
+    for path in environment.values():  # the folder itself is KERNELARENA_CACHE
+        Path(path).mkdir(parents=True, exist_ok=True)
     os.environ.update(environment)
     if not confined:
         return f"caches in {folder} (writes not confined)"
