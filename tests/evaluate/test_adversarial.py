@@ -43,6 +43,10 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "writes_late": NUMERICAL,
     "computes_only_when_poisoned": (Status.INCORRECT_NUMERICAL, True, "already held values"),
     "rewrites_input_when_timed": (Status.INCORRECT_NUMERICAL, True, "during the timed calls"),
+    "skips_work_when_timed": (Status.INCORRECT_NUMERICAL, True, "outputs of the timed calls"),
+    "wrong_after_many_calls": (Status.INCORRECT_NUMERICAL, True, "every timed call is checked"),
+    "caches_on_sampled_key": (Status.INCORRECT_NUMERICAL, True, "reuses results across calls"),
+    "returns_lazy_tensor": (Status.INCORRECT_SHAPE, False, "not a plain tensor"),
 }
 GRAPH_REJECTED = "timing rejected: one replay of the CUDA graph"
 GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {

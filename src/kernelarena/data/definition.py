@@ -72,11 +72,15 @@ class TensorSpec(Schema):
 
 
 class Tolerance(Schema):
-    """``|out - ref| <= atol + rtol * |ref|`` on at least ``required_matched_ratio`` of elements."""
+    """``|out - ref| <= atol + rtol * |ref|`` on at least ``required_matched_ratio`` of elements;
+    and (ours) the solution's error against the reference computed in float64 at most
+    ``max_error_ratio`` times the reference's own (``evaluate.error_ratio``; its default where
+    this is None)."""
 
     atol: float = Field(ge=0)
     rtol: float = Field(ge=0)
     required_matched_ratio: float = Field(default=1.0, gt=0, le=1)
+    max_error_ratio: float | None = Field(default=None, gt=0)
 
 
 DEFAULT_TOLERANCES: dict[DType, Tolerance] = {

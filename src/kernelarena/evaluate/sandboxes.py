@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -98,6 +98,12 @@ class Sandbox:
         self._ready = True
         with quiet():
             self.round_trip_ms = min(self._timed_ping() for _ in range(3))
+
+    def refresh_round_trip(self) -> None:
+        """Keep the least round trip seen: one measured while the machine was busy, subtracted
+        from every later clock, would shrink honest figures."""
+        least = min(self._timed_ping() for _ in range(3))
+        self.round_trip_ms = min(self.round_trip_ms or least, least)
 
     def _timed_ping(self) -> float:
         started = time.perf_counter()
@@ -193,6 +199,7 @@ class Sandboxes:
             os.environ.get("KERNELARENA_SPARE_SANDBOXES", "2" if device.startswith("cuda") else "1")
         )
         self._spawned = 0
+        self._stopped = 0  # the depth of ``spares_stopped``
         self.current: Sandbox | None = None
         self.spares: list[Sandbox] = [self._spawn() for _ in range(max(self.spare_count, 1))]
 
@@ -238,6 +245,22 @@ class Sandboxes:
             except SandboxDied:
                 spare.retire()
                 self.spares.remove(spare)
+
+    @contextlib.contextmanager
+    def spares_stopped(self) -> Iterator[None]:
+        """The spare sandboxes (and whatever they started) stopped while the judge times: a spare
+        still importing torch takes a core from the calls being timed. Nests: the outermost
+        resumes them."""
+        self._stopped += 1
+        stopped = list(self.spares) if self._stopped == 1 else []
+        for spare in stopped:
+            spare.pause()
+        try:
+            yield
+        finally:
+            self._stopped -= 1
+            for spare in stopped:
+                spare.resume()
 
     def retire(self) -> None:
         if self.current is not None:
