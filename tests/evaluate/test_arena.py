@@ -45,3 +45,25 @@ def test_sets_reuse_the_arena_after_a_rewind_and_large_sets_get_their_own_buffer
         assert not isinstance(layout[0], int)  # its own buffer, not a chunk kept for later
     finally:
         arena.close()
+
+
+def test_sets_larger_than_a_chunk_never_share_memory() -> None:
+    """Two sets past a chunk's size, and a chunk made after them, each get memory of their own
+    (issue 37: two large sets once shared one file, and an honest rmsnorm at batch 65536 failed
+    "input 'hidden_states' was modified")."""
+    arena = Arena(torch.device("cpu"))
+    try:
+        elements = CHUNK_BYTES["cpu"] // 4 + 1
+        first_values = torch.full((elements,), 1.0)
+        second_values = torch.full((elements,), 2.0)
+        first, _ = arena.share([first_values])
+        second, _ = arena.share([second_values])
+        small, _ = arena.share([torch.full((100,), 3.0)])
+        assert torch.equal(first[0], first_values)
+        assert torch.equal(second[0], second_values)
+        assert bool((small[0] == 3.0).all())
+        second[0].fill_(4.0)
+        small[0].fill_(5.0)
+        assert torch.equal(first[0], first_values)
+    finally:
+        arena.close()

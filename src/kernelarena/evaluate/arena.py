@@ -39,6 +39,7 @@ class Arena:
         self._chunks: list[tuple[torch.Tensor, tuple[Any, ...]]] = []
         self._chunk = 0
         self._offset = 0
+        self._files = 0  # files made so far: each gets a name of its own
 
     def share(self, values: list[torch.Tensor]) -> tuple[list[torch.Tensor], Layout]:
         """Contiguous copies of ``values`` side by side in a chunk, and where they sit."""
@@ -102,7 +103,11 @@ class Arena:
                 torch.cuda.empty_cache()
                 buffer = self._pool_buffer(size)
             return buffer, ("cuda", bytes(ForkingPickler.dumps(buffer)))
-        path = self.folder / f"chunk{len(self._chunks)}"
+        # Named by a count of every file made, chunks and large sets alike: named by the chunk count,
+        # a large set (never kept as a chunk) took the name of the next chunk or large set, and
+        # the two shared memory.
+        path = self.folder / f"buffer{self._files}"
+        self._files += 1
         with open(path, "wb") as handle:
             handle.truncate(size)
         buffer = torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
