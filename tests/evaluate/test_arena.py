@@ -1,10 +1,34 @@
-"""What crosses to a sandbox is what the judge drew: values, shapes and (dense) strides."""
+"""What crosses to a sandbox is what the judge drew (values, shapes, dense strides), in memory that has
+no name, that a sandbox cannot shrink under the judge, that crosses PID namespaces, and that no
+earlier sandbox can still write."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+from multiprocessing import Pipe
+from pathlib import Path
+
+import pytest
 import torch
 
-from kernelarena.evaluate.arena import CHUNK_BYTES, Arena, open_chunk, view_layout
+from kernelarena.evaluate.arena import CHUNK_BYTES, Arena, Handoff, open_buffers, view_layout
+from kernelarena.evaluate.descriptors import send_fds
+
+ROOT = Path(__file__).resolve().parents[2]
+UNSHARE = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--net", "--mount"]
+
+
+def _map_here(handoffs: list[Handoff]) -> dict[int, torch.Tensor]:
+    """The buffers as a sandbox maps them (from copies of the descriptors)."""
+    described = {h.id: h.description() for h in handoffs}
+    fds = [os.dup(h.fd) for h in handoffs if h.fd >= 0]
+    return {
+        i: buffer for i, (buffer, _) in open_buffers(torch.device("cpu"), described, fds).items()
+    }
 
 
 def test_shared_copies_keep_values_and_dense_strides() -> None:
@@ -22,9 +46,7 @@ def test_shared_copies_keep_values_and_dense_strides() -> None:
         assert shared[1].stride() == transposed.stride()
         assert shared[2].stride() == (5, 1)
         # The sandbox's side sees the same memory: a write there is a write here.
-        chunk = layout[0]
-        assert isinstance(chunk, int)
-        mapped = view_layout({chunk: open_chunk(arena.handle(chunk))}, layout)
+        mapped = view_layout(_map_here(arena.take_unsent()), layout)
         mapped[1].fill_(3.0)
         assert bool((shared[1] == 3.0).all())
         assert torch.equal(mapped[0], permuted)
@@ -40,9 +62,14 @@ def test_sets_reuse_the_arena_after_a_rewind_and_large_sets_get_their_own_buffer
         arena.rewind(mark)
         second, _ = arena.share([torch.randn(100)])
         assert first[0].data_ptr() == second[0].data_ptr()
+        chunk = arena.take_unsent()
+        assert [h.kept for h in chunk] == [True]  # one chunk, handed over once
         big = torch.zeros(CHUNK_BYTES["cpu"] // 4 + 1)
         _, layout = arena.share([big])
-        assert not isinstance(layout[0], int)  # its own buffer, not a chunk kept for later
+        (own,) = arena.take_unsent()
+        assert not own.kept and own.id == layout[0]  # its own buffer, not a chunk kept for later
+        for handoff in [*chunk, own]:
+            handoff.close()
     finally:
         arena.close()
 
@@ -67,3 +94,110 @@ def test_sets_larger_than_a_chunk_never_share_memory() -> None:
         assert torch.equal(first[0], first_values)
     finally:
         arena.close()
+
+
+def test_cpu_buffers_are_sealed_memfds_with_no_name_in_the_file_system() -> None:
+    arena = Arena(torch.device("cpu"))
+    try:
+        assert arena.sharing.startswith("sealed memfds")
+        shared, _ = arena.share([torch.arange(10.0)])
+        (handoff,) = arena.take_unsent()
+        assert os.readlink(f"/proc/self/fd/{handoff.fd}").startswith("/memfd:kernelarena-arena")
+        # A sandbox holding the descriptor cannot shrink it under the judge's mapping (SIGBUS)
+        # nor grow it.
+        with pytest.raises(PermissionError):
+            os.ftruncate(handoff.fd, 0)
+        with pytest.raises(PermissionError):
+            os.ftruncate(handoff.fd, CHUNK_BYTES["cpu"] * 2)
+        assert torch.equal(shared[0], torch.arange(10.0))
+        handoff.close()
+    finally:
+        arena.close()
+
+
+def test_a_new_sandbox_gets_new_buffers_and_the_last_ones_writes_reach_nothing() -> None:
+    """An orphan of a retired sandbox that kept its mapping writes memory the judge no longer
+    uses: the next sandbox's sets are elsewhere."""
+    arena = Arena(torch.device("cpu"))
+    try:
+        arena.hand_to("first sandbox")
+        arena.share([torch.zeros(1000)])
+        (old,) = arena.take_unsent()
+        kept_by_orphan = _map_here([old])[old.id]
+        arena.reset()  # the job ended
+        arena.hand_to("second sandbox")
+        values = torch.randn(1000)
+        shared, layout = arena.share([values])
+        (new,) = arena.take_unsent()
+        assert new.id != old.id and layout[0] == new.id
+        kept_by_orphan.fill_(255)  # the orphan writes NaN patterns everywhere it can
+        assert torch.equal(shared[0], values)
+        old.close()
+        new.close()
+    finally:
+        arena.close()
+
+
+def _peer(device: str, command_prefix: list[str]) -> tuple[subprocess.Popen[bytes], object]:
+    parent, child = Pipe()
+    process = subprocess.Popen(
+        [
+            *command_prefix,
+            sys.executable,
+            "-m",
+            "tests.evaluate.arena_peer",
+            str(child.fileno()),
+            device,
+        ],
+        pass_fds=(child.fileno(),),
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)])),
+    )
+    child.close()
+    return process, parent
+
+
+def share_both_ways(device: torch.device, command_prefix: list[str]) -> dict[str, object]:
+    """A set and a large set shared with a peer process: the peer reads what the judge wrote and
+    writes 7 everywhere, which the judge then reads. Returns the peer's reply."""
+    arena = Arena(device)
+    process, conn = _peer(str(device), command_prefix)
+    try:
+        arena.hand_to(process)
+        values = [
+            torch.arange(1000, dtype=torch.float32, device=device),
+            torch.ones(17, device=device),
+        ]
+        shared, layout = arena.share(values)
+        large = torch.ones(CHUNK_BYTES[device.type] // 4 + 1, device=device)
+        shared_large, layout_large = arena.share([large])
+        handoffs = arena.take_unsent()
+        conn.send(({h.id: h.description() for h in handoffs}, [layout, layout_large], 7.0))  # type: ignore[attr-defined]
+        send_fds(conn, [h.fd for h in handoffs if h.fd >= 0])  # type: ignore[arg-type]
+        for handoff in handoffs:
+            handoff.close()
+        assert conn.poll(120), "the peer did not answer"  # type: ignore[attr-defined]
+        reply = json.loads(conn.recv_bytes())  # type: ignore[attr-defined]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        assert reply["sums"] == [float(v.double().sum()) for v in [*values, large]]
+        for tensor in [*shared, *shared_large]:
+            assert bool((tensor == 7.0).all())
+        conn.send("done")  # type: ignore[attr-defined]
+        assert process.wait(60) == 0
+        return reply
+    finally:
+        process.kill()
+        arena.close()
+
+
+def test_a_peer_process_shares_cpu_buffers_both_ways() -> None:
+    reply = share_both_ways(torch.device("cpu"), [])
+    assert reply["shrink"] == "refused: Operation not permitted"
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_a_peer_in_its_own_pid_namespace_shares_cpu_buffers_both_ways() -> None:
+    reply = share_both_ways(torch.device("cpu"), UNSHARE)
+    assert reply["namespace"] != os.readlink("/proc/self/ns/pid")
+    assert reply["shrink"] == "refused: Operation not permitted"
