@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from multiprocessing import Pipe
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,7 @@ def test_a_new_sandbox_gets_new_buffers_and_the_last_ones_writes_reach_nothing()
         arena.close()
 
 
-def _peer(device: str, command_prefix: list[str]) -> tuple[subprocess.Popen[bytes], object]:
+def _peer(device: str, command_prefix: list[str]) -> tuple[subprocess.Popen[bytes], Connection]:
     parent, child = Pipe()
     process = subprocess.Popen(
         [
@@ -172,18 +173,18 @@ def share_both_ways(device: torch.device, command_prefix: list[str]) -> dict[str
         large = torch.ones(CHUNK_BYTES[device.type] // 4 + 1, device=device)
         shared_large, layout_large = arena.share([large])
         handoffs = arena.take_unsent()
-        conn.send(({h.id: h.description() for h in handoffs}, [layout, layout_large], 7.0))  # type: ignore[attr-defined]
-        send_fds(conn, [h.fd for h in handoffs if h.fd >= 0])  # type: ignore[arg-type]
+        conn.send(({h.id: h.description() for h in handoffs}, [layout, layout_large], 7.0))
+        send_fds(conn, [h.fd for h in handoffs if h.fd >= 0])
         for handoff in handoffs:
             handoff.close()
-        assert conn.poll(120), "the peer did not answer"  # type: ignore[attr-defined]
-        reply = json.loads(conn.recv_bytes())  # type: ignore[attr-defined]
+        assert conn.poll(120), "the peer did not answer"
+        reply = json.loads(conn.recv_bytes())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         assert reply["sums"] == [float(v.double().sum()) for v in [*values, large]]
         for tensor in [*shared, *shared_large]:
             assert bool((tensor == 7.0).all())
-        conn.send("done")  # type: ignore[attr-defined]
+        conn.send("done")
         assert process.wait(60) == 0
         return reply
     finally:
@@ -201,3 +202,81 @@ def test_a_peer_in_its_own_pid_namespace_shares_cpu_buffers_both_ways() -> None:
     reply = share_both_ways(torch.device("cpu"), UNSHARE)
     assert reply["namespace"] != os.readlink("/proc/self/ns/pid")
     assert reply["shrink"] == "refused: Operation not permitted"
+
+
+def test_the_driver_structures_have_cuda_h_layouts() -> None:
+    """CUmemAllocationProp and CUmemAccessDesc as cuda.h lays them out (x86-64 and aarch64): a
+    field off by four bytes would request another handle type or device without an error."""
+    import ctypes
+
+    from kernelarena.evaluate import arena_cuda
+
+    prop = arena_cuda._AllocationProp
+    assert ctypes.sizeof(prop) == 32
+    assert (prop.type.offset, prop.requestedHandleTypes.offset, prop.location.offset) == (0, 4, 8)
+    assert (prop.win32HandleMetaData.offset, prop.allocFlags.offset) == (16, 24)
+    assert ctypes.sizeof(arena_cuda._AccessDesc) == 12
+    assert arena_cuda._AccessDesc.flags.offset == 8
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without the CUDA driver")
+def test_without_a_driver_vmm_is_unavailable_with_a_reason() -> None:
+    from kernelarena.evaluate import arena_cuda
+
+    reason = arena_cuda.vmm_unavailable(0)
+    assert reason is not None and "libcuda.so.1" in reason
+
+
+@pytest.mark.gpu
+def test_gpu_buffers_are_cuda_virtual_memory_shared_both_ways() -> None:
+    arena = Arena(torch.device("cuda:0"))
+    assert arena.sharing == "CUDA virtual memory passed by file descriptor", arena.sharing
+    arena.close()
+    reply = share_both_ways(torch.device("cuda:0"), [])
+    assert reply["namespace"] == os.readlink("/proc/self/ns/pid")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_a_peer_in_its_own_pid_namespace_shares_gpu_buffers_both_ways() -> None:
+    """What legacy CUDA IPC could not do: the sandbox in a PID namespace of its own."""
+    reply = share_both_ways(torch.device("cuda:0"), UNSHARE)
+    assert reply["namespace"] != os.readlink("/proc/self/ns/pid")
+
+
+@pytest.mark.gpu
+def test_gpu_large_sets_are_freed_with_the_set_and_the_arena() -> None:
+    device = torch.device("cuda:0")
+    arena = Arena(device)
+    try:
+        torch.cuda.synchronize(device)
+        free_before = torch.cuda.mem_get_info(device)[0]
+        big = torch.empty(2 << 30, dtype=torch.uint8, device=device).fill_(3)
+        shared, _ = arena.share([big])
+        del big
+        torch.cuda.empty_cache()
+        for handoff in arena.take_unsent():
+            handoff.close()
+        assert bool((shared[0][-1000:] == 3).all())
+        assert torch.cuda.mem_get_info(device)[0] < free_before - (3 << 29)  # 1.5 GiB in use
+        del shared
+        arena.share([torch.ones(10, device=device)])  # the next share releases what was freed
+        for handoff in arena.take_unsent():
+            handoff.close()
+        arena.close()
+        assert torch.cuda.mem_get_info(device)[0] > free_before - (1 << 29)
+    finally:
+        arena.close()
+
+
+@pytest.mark.gpu
+def test_without_vmm_the_gpu_falls_back_to_a_pool_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernelarena.evaluate import arena_cuda
+
+    monkeypatch.setattr(arena_cuda, "vmm_unavailable", lambda index: "a test says so")
+    arena = Arena(torch.device("cuda:0"))
+    assert arena.sharing.startswith("legacy CUDA IPC handles of a memory pool (a test says so)")
+    arena.close()
+    share_both_ways(torch.device("cuda:0"), [])

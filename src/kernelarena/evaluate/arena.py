@@ -1,9 +1,10 @@
 """Memory the judge owns and a sandbox maps: how tensors cross between them without a copy.
 
 Every buffer is anonymous memory handed to the sandbox as a file descriptor over its connection (a
-socket pair, ``SCM_RIGHTS``): on a CPU a memfd. Nothing is named (no file in /dev/shm), so it works
-across the user, PID, mount and network namespaces a sandbox runs in, and no process reaches it
-unless it was given the descriptor or forked from one that was. Each buffer holds
+socket pair, ``SCM_RIGHTS``): on a CPU a memfd, on a GPU CUDA virtual memory exported as a descriptor
+(``arena_cuda``). Nothing is named, neither a file in /dev/shm nor a handle the driver resolves through
+a pid, so it works across the user, PID, mount and network namespaces a sandbox runs in, and no
+process reaches it unless it was given the descriptor or forked from one that was. Each buffer holds
 only what is handed to the sandbox; the judge's expected outputs and pristine copies are allocated
 the ordinary way.
 
@@ -15,9 +16,11 @@ solution, or a replacement), the last one's buffers are dropped and new ones mad
 earlier sandbox started (a process that outlived its kill with the mapping) can write memory a later
 solution is given or judged on: the judge no longer reads that memory.
 
-On a GPU, buffers come from a ``torch.cuda.MemPool`` of the judge's and go to the sandbox as legacy
-CUDA IPC handles, which the driver resolves through the judge's pid: that fails across PID
-namespaces. ``Arena.sharing`` says which holds.
+Where CUDA cannot export memory as a descriptor (``arena_cuda.vmm_unavailable`` says why), the GPU
+falls back to a ``torch.cuda.MemPool`` of the judge's whose buffers go to the sandbox as legacy CUDA
+IPC handles, which the driver resolves through the judge's pid: that fails across PID namespaces,
+and the pool's memory is reused for the next sandbox's buffers, so a process that outlived its
+sandbox with an IPC mapping could reach them. ``Arena.sharing`` says which holds.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from multiprocessing.reduction import ForkingPickler
 import torch
 import torch.multiprocessing  # registers the CUDA IPC reductions with ForkingPickler
 
+from kernelarena.evaluate import arena_cuda
+
 # (buffer id, [(offset, dtype, shape, stride)]): where a set's tensors sit.
 Layout = tuple[int, list[tuple[int, torch.dtype, tuple[int, ...], tuple[int, ...]]]]
 # Tensors start at multiples of this (CUDA's own allocation granularity).
@@ -47,7 +52,7 @@ class Handoff:
     the request (-1 for a legacy CUDA IPC handle, which travels in the request itself)."""
 
     id: int
-    kind: str  # "memfd", "file" (no memfd here) or "cuda_ipc"
+    kind: str  # "memfd", "file" (no memfd here), "cuda_vmm" or "cuda_ipc"
     size: int
     kept: bool  # a chunk the sandbox keeps for later sets; else one large set's own buffer
     fd: int = -1
@@ -91,6 +96,7 @@ class Arena:
 
     def share(self, values: list[torch.Tensor]) -> tuple[list[torch.Tensor], Layout]:
         """Contiguous copies of ``values`` side by side in a buffer, and where they sit."""
+        self._release_pending()
         offsets, total = [], 0
         strides = [_kept_strides(v) for v in values]
         for value, stride in zip(values, strides, strict=True):
@@ -132,6 +138,7 @@ class Arena:
             handoff.close()
         self._unsent, self._chunks = [], []
         self.reset()
+        self._release_pending()
 
     def _allocate(self, size: int) -> tuple[int, int, torch.Tensor]:
         """(chunk id, offset, chunk) of ``size`` free bytes, in a new chunk if none has room."""
@@ -155,6 +162,7 @@ class Arena:
             # temporaries of earlier workloads: 37 GiB of an H100's 80 once, when an 8 GiB KV
             # cache came next) is given back to the device, then the set is tried again.
             gc.collect()
+            self._release_pending()
             torch.cuda.empty_cache()
             buffer, handoff = self._make(size, kept)
         self._unsent.append(handoff)
@@ -162,7 +170,10 @@ class Arena:
 
     def _make(self, size: int, kept: bool) -> tuple[torch.Tensor, Handoff]:
         handoff = Handoff(next(self._ids), self._kind, size, kept)
-        if self._kind == "cuda_ipc":
+        if self._kind == "cuda_vmm":
+            buffer, handoff.fd = arena_cuda.create(self.device, size)
+            handoff.size = buffer.numel()
+        elif self._kind == "cuda_ipc":
             assert self._pool is not None
             with torch.cuda.use_mem_pool(self._pool):
                 buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
@@ -171,12 +182,21 @@ class Arena:
             buffer, handoff.fd = _anonymous_file(size, sealed=self._kind == "memfd")
         return buffer, handoff
 
+    def _release_pending(self) -> None:
+        if self._kind == "cuda_vmm":
+            arena_cuda.release_pending(self.device)
+
 
 def _sharing(device: torch.device) -> tuple[str, str]:
     """How buffers reach a sandbox on ``device``: a sentence for logs, and the kind of buffer."""
     if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        reason = arena_cuda.vmm_unavailable(index)
+        if reason is None:
+            return "CUDA virtual memory passed by file descriptor", "cuda_vmm"
         return (
-            "legacy CUDA IPC handles of a memory pool; they do not cross PID namespaces",
+            f"legacy CUDA IPC handles of a memory pool ({reason}); they do not cross PID "
+            "namespaces",
             "cuda_ipc",
         )
     if hasattr(os, "memfd_create"):
@@ -223,7 +243,10 @@ def open_buffers(
             else:
                 fd = next(remaining)
                 try:
-                    buffer = _map_file(fd, size)
+                    if kind == "cuda_vmm":
+                        buffer = arena_cuda.open_shared(device, fd, size)
+                    else:
+                        buffer = _map_file(fd, size)
                 finally:
                     os.close(fd)  # the mapping holds the memory
             opened[buffer_id] = (buffer, kept)
@@ -231,6 +254,12 @@ def open_buffers(
         for fd in remaining:
             os.close(fd)
     return opened
+
+
+def release_unused(device: torch.device) -> None:
+    """The sandbox's side of ``Arena._release_pending``: buffers of sets it forgot."""
+    if device.type == "cuda":
+        arena_cuda.release_pending(device)
 
 
 def _kept_strides(value: torch.Tensor) -> tuple[int, ...]:

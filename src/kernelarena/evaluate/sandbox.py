@@ -171,9 +171,12 @@ class Sandbox:
         return {"ok": True}
 
     def _forget(self, set_ids: list[int]) -> dict[str, Any]:
+        from kernelarena.evaluate.arena import release_unused
+
         for set_id in set_ids:
             self.sets.pop(set_id, None)
         self.graph, self.graph_last = None, None
+        release_unused(self.device)
         return {"ok": True}
 
     def _arguments(self, bound: _Bound) -> list[Any]:
