@@ -4,6 +4,7 @@ earlier sandbox can still write."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -20,7 +21,12 @@ from kernelarena.evaluate.arena import CHUNK_BYTES, Arena, Handoff, open_buffers
 from kernelarena.evaluate.descriptors import send_fds
 
 ROOT = Path(__file__).resolve().parents[2]
-UNSHARE = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--net", "--mount"]
+# A PID namespace needs a /proc of its own for CUDA: with the host's, the driver's initialisation
+# fails with error 304 (seen on an H200 host, kernel 6.18, driver 580).
+UNSHARE = [
+    "unshare",
+    *("--user", "--map-root-user", "--pid", "--fork", "--net", "--mount", "--mount-proc"),
+]
 
 
 def _map_here(handoffs: list[Handoff]) -> dict[int, torch.Tensor]:
@@ -246,10 +252,15 @@ def test_a_peer_in_its_own_pid_namespace_shares_gpu_buffers_both_ways() -> None:
 
 @pytest.mark.gpu
 def test_gpu_large_sets_are_freed_with_the_set_and_the_arena() -> None:
+    from kernelarena.evaluate import arena_cuda
+
     device = torch.device("cuda:0")
     arena = Arena(device)
     try:
-        torch.cuda.synchronize(device)
+        # What earlier tests left (torch's cache, mappings awaiting release) goes first.
+        gc.collect()
+        arena_cuda.release_pending(device)
+        torch.cuda.empty_cache()
         free_before = torch.cuda.mem_get_info(device)[0]
         big = torch.empty(2 << 30, dtype=torch.uint8, device=device).fill_(3)
         shared, _ = arena.share([big])

@@ -17,6 +17,7 @@ from kernelarena.data import (
     Solution,
     SourceFile,
     Status,
+    Trace,
     TraceSet,
     Workload,
 )
@@ -35,21 +36,20 @@ def run(hidden_states, weight, eps, output):
 """
 
 
-@pytest.mark.timeout(600)
-def test_an_honest_rmsnorm_passes_on_sets_larger_than_a_chunk(tmp_path: Path) -> None:
+def _dataset(root: Path, target: str, batches: tuple[int, ...]) -> TraceSet:
     definition = Definition.model_validate(DEFINITION)
-    dataset = TraceSet(root=tmp_path)
+    dataset = TraceSet(root=root)
     dataset.add_definition(definition)
     dataset.add_solution(
         Solution(
             name="rmsnorm_h128_honest",
             definition=definition.name,
             author="tests",
-            spec=BuildSpec(language="python", target_hardware=["cpu"], entry_point="s.py::run"),
+            spec=BuildSpec(language="python", target_hardware=[target], entry_point="s.py::run"),
             sources=[SourceFile(path="s.py", content=HONEST)],
         )
     )
-    for batch in (32768, 65536):
+    for batch in batches:
         dataset.add_workload(
             definition.name,
             Workload(
@@ -62,15 +62,36 @@ def test_an_honest_rmsnorm_passes_on_sets_larger_than_a_chunk(tmp_path: Path) ->
                 uuid=f"batch-{batch}",
             ),
         )
+    return dataset
+
+
+def _check_all_passed(traces: list[Trace], count: int) -> None:
+    assert len(traces) == count
+    for trace in traces:
+        evaluation = trace.evaluation
+        assert evaluation is not None
+        assert "was modified" not in evaluation.log, evaluation.log
+        assert evaluation.status is Status.PASSED, (trace.workload.uuid, evaluation.log)
+
+
+@pytest.mark.timeout(600)
+def test_an_honest_rmsnorm_passes_on_sets_larger_than_a_chunk(tmp_path: Path) -> None:
+    dataset = _dataset(tmp_path, "cpu", (32768, 65536))
     traces = Benchmark(
         dataset,
         devices="cpu",
         options=Options(trials=2, budget_ms=20, max_iterations=10, min_iterations=3),
         timeouts=Timeouts(build_s=120, run_s=300, startup_s=300),
     ).run_all()
-    assert len(traces) == 2
-    for trace in traces:
-        evaluation = trace.evaluation
-        assert evaluation is not None
-        assert "was modified" not in evaluation.log, evaluation.log
-        assert evaluation.status is Status.PASSED, (trace.workload.uuid, evaluation.log)
+    _check_all_passed(traces, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(900)
+def test_an_honest_rmsnorm_passes_on_gpu_sets_larger_than_a_chunk(tmp_path: Path) -> None:
+    """Sets of 1 GiB (2M rows): CUDA buffers of their own, freed with the set, timed as graphs."""
+    dataset = _dataset(tmp_path, "gpu", (32768, 65536, 1 << 21))
+    traces = Benchmark(
+        dataset, devices="cuda:0", options=Options(trials=2, budget_ms=50, max_iterations=20)
+    ).run_all()
+    _check_all_passed(traces, 3)
