@@ -11,8 +11,6 @@ traces and workloads are appended one line at a time and flushed to disk.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +20,10 @@ from pydantic import ValidationError
 
 from kernelarena.data._base import Schema
 from kernelarena.data.constraints import unmet_constraint_problems
+from kernelarena.data.dataset_files import append_line as append_line  # re-exported
+from kernelarena.data.dataset_files import write_lines as _write_lines
+from kernelarena.data.dataset_files import write_new as _write_new
+from kernelarena.data.dataset_files import write_new_bytes
 from kernelarena.data.definition import AxisError, Definition
 from kernelarena.data.expressions import ExpressionError
 from kernelarena.data.problems import DatasetError as DatasetError  # re-exported
@@ -256,6 +258,7 @@ class TraceSet:
             _write_new(
                 self.root / "definitions" / definition.op_type / f"{definition.name}.json",
                 definition,
+                root=self.root,
             )
 
     def add_solution(self, solution: Solution, *, persist: bool = True) -> None:
@@ -273,7 +276,7 @@ class TraceSet:
                 / definition.name
                 / f"{solution.name}.json"
             )
-            _write_new(path, solution)
+            _write_new(path, solution, root=self.root)
 
     def add_workload(
         self, definition_name: str, workload: Workload, *, persist: bool = True
@@ -287,7 +290,9 @@ class TraceSet:
                 definition=definition_name, workload=workload, solution=None, evaluation=None
             )
             append_line(
-                self.root / "workloads" / definition.op_type / f"{definition_name}.jsonl", line
+                self.root / "workloads" / definition.op_type / f"{definition_name}.jsonl",
+                line,
+                root=self.root,
             )
 
     def append_trace(self, trace: Trace) -> None:
@@ -299,7 +304,9 @@ class TraceSet:
                 if trace.definition in self.definitions
                 else "unknown"
             )
-            append_line(self.root / "traces" / op_type / f"{trace.definition}.jsonl", trace)
+            append_line(
+                self.root / "traces" / op_type / f"{trace.definition}.jsonl", trace, root=self.root
+            )
 
     def merge(self, other: TraceSet) -> None:
         """Add everything of ``other``; duplicates become problems, never silent replacements."""
@@ -328,13 +335,16 @@ class TraceSet:
         root = Path(root)
         for definition in self.definitions.values():
             _write_new(
-                root / "definitions" / definition.op_type / f"{definition.name}.json", definition
+                root / "definitions" / definition.op_type / f"{definition.name}.json",
+                definition,
+                root=root,
             )
         for solution in self.solutions.values():
             op_type = self.definitions[solution.definition].op_type
             _write_new(
                 root / "solutions" / op_type / solution.definition / f"{solution.name}.json",
                 solution,
+                root=root,
             )
         for definition_name, workloads in self.workloads.items():
             op_type = self.definitions[definition_name].op_type
@@ -342,7 +352,9 @@ class TraceSet:
                 Trace(definition=definition_name, workload=w, solution=None, evaluation=None)
                 for w in workloads
             ]
-            _write_lines(root / "workloads" / op_type / f"{definition_name}.jsonl", lines)
+            _write_lines(
+                root / "workloads" / op_type / f"{definition_name}.jsonl", lines, root=root
+            )
             for workload in workloads:
                 self._copy_blobs(workload, root)
         for definition_name, traces in self.traces.items():
@@ -351,7 +363,7 @@ class TraceSet:
                 if definition_name in self.definitions
                 else "unknown"
             )
-            _write_lines(root / "traces" / op_type / f"{definition_name}.jsonl", traces)
+            _write_lines(root / "traces" / op_type / f"{definition_name}.jsonl", traces, root=root)
 
     def _copy_blobs(self, workload: Workload, root: Path) -> None:
         for spec in workload.inputs.values():
@@ -362,47 +374,4 @@ class TraceSet:
                     continue
                 if not source.is_file():
                     continue  # missing here too: the copy is as complete as the original
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(source.read_bytes())
-
-
-def _write_new(path: Path, model: Schema) -> None:
-    _write_text(path, json.dumps(model.to_json_dict(), indent=2, ensure_ascii=False) + "\n")
-
-
-def _write_lines(path: Path, models: list[Trace]) -> None:
-    _write_text(path, "".join(m.to_json() + "\n" for m in models))
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a new file; an existing file must already say the same."""
-    if path.exists():
-        if path.read_text(encoding="utf-8") == text:
-            return
-        raise FileExistsError(f"{path} exists with other content; not replacing it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
-def append_line(path: Path, model: Schema) -> None:
-    """Append one JSON line and make it durable before returning (a kill loses nothing written).
-    A last line without its newline is either complete (kept, and ended) or torn by a kill in the
-    middle of its write (removed: it recorded nothing, and ``--resume`` runs its job again)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = model.to_json() + "\n"
-    with open(path, "a+b") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() > 0:
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                handle.seek(0)
-                data = handle.read()
-                start = data.rfind(b"\n") + 1
-                try:
-                    json.loads(data[start:])
-                    line = "\n" + line
-                except ValueError:
-                    handle.truncate(start)
-        handle.write(line.encode("utf-8"))
-        handle.flush()
-        os.fsync(handle.fileno())
+                write_new_bytes(target, source.read_bytes(), root=root)

@@ -25,7 +25,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema, Tagged
+from kernelarena.data._base import (
+    NonEmptyString,
+    NonNegativeInt,
+    PathComponent,
+    Schema,
+    Tagged,
+)
 from kernelarena.data.constraints import (
     Shape,
     ValuePlan,
@@ -99,8 +105,8 @@ class AxisError(ValueError):
 
 
 class Definition(Schema):
-    name: NonEmptyString
-    op_type: NonEmptyString
+    name: PathComponent
+    op_type: PathComponent
     axes: dict[NonEmptyString, Axis]
     inputs: dict[NonEmptyString, TensorSpec]
     outputs: dict[NonEmptyString, TensorSpec]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from kernelarena.data._base import NonEmptyString, Schema
+from kernelarena.data._base import NonEmptyString, PathComponent, Schema
 from kernelarena.data.workload import Workload
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class TraceHashes(Schema):
 
 
 class Trace(Schema):
-    definition: NonEmptyString
+    definition: PathComponent  # names the workload and trace files
     workload: Workload
     solution: str | None = None
     evaluation: Evaluation | None = None

@@ -103,12 +103,11 @@ class Evaluator:
         device: torch.device,
         environment: dict[str, Any],
         sandboxes: Sandboxes,
-        arena_folder: Path | None = None,
     ) -> None:
         self.device = device
         self.environment = Environment.model_validate(environment)
         self.sandboxes = sandboxes
-        self.arena = Arena(device, arena_folder)
+        self.arena = Arena(device)
         self._references: dict[str, dict[str, Any]] = {}
         self.reference_timings: dict[tuple[str, str, bool], Any] = {}
         self._warm_up: JudgeWarmUp | None = None

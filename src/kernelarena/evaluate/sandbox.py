@@ -155,22 +155,33 @@ class Sandbox:
             metadata["caches"] = self.caches
         return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
 
-    def _bind(self, new_chunks: dict[int, Any], bindings: list[tuple[Any, ...]]) -> dict[str, Any]:
-        """Sets the judge carved from its arena: (id, layout, arguments, input count, slots) each."""
-        from kernelarena.evaluate.arena import open_chunk, view_layout
+    def _bind(
+        self, new_buffers: dict[int, tuple[str, int, bool, bytes]], bindings: list[tuple[Any, ...]]
+    ) -> dict[str, Any]:
+        """Sets the judge carved from its arena: (id, layout, arguments, input count, slots) each,
+        in buffers mapped before or described in ``new_buffers`` (their descriptors follow the
+        request). A large set's own buffer lives as long as the set's tensors."""
+        from kernelarena.evaluate.arena import open_buffers, view_layout
+        from kernelarena.evaluate.descriptors import receive_fds
 
-        for chunk, handle in new_chunks.items():
-            self.chunks[chunk] = open_chunk(handle)
+        count = sum(1 for kind, _, _, _ in new_buffers.values() if kind != "cuda_ipc")
+        fds = receive_fds(self.conn, count) if count else []
+        opened = open_buffers(self.device, new_buffers, fds)
+        self.chunks.update({i: buffer for i, (buffer, kept) in opened.items() if kept})
+        buffers = {**self.chunks, **{i: buffer for i, (buffer, _) in opened.items()}}
         for set_id, layout, arguments, input_count, slots in bindings:
-            tensors = view_layout(self.chunks, layout)
+            tensors = view_layout(buffers, layout)
             values = [tensors[item] if kind == "tensor" else item for kind, item in arguments]
             self.sets[set_id] = _Bound(values, tensors[input_count:], slots)
         return {"ok": True}
 
     def _forget(self, set_ids: list[int]) -> dict[str, Any]:
+        from kernelarena.evaluate.arena import release_unused
+
         for set_id in set_ids:
             self.sets.pop(set_id, None)
         self.graph, self.graph_sets, self.graph_results = None, [], []
+        release_unused(self.device)
         return {"ok": True}
 
     def _arguments(self, bound: _Bound) -> list[Any]:

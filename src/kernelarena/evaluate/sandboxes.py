@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -26,6 +26,7 @@ from typing import Any
 
 from kernelarena.evaluate.bytecode import with_bytecode
 from kernelarena.evaluate.confine import descendants, kill_all
+from kernelarena.evaluate.descriptors import send_fds
 from kernelarena.evaluate.worker import read_tail
 
 REPLY_LIMIT = 1 << 20
@@ -45,7 +46,6 @@ class Sandbox:
         self.log_path = log_path
         self.key: str | None = None
         self.builds: dict[str, dict[str, Any]] = {}
-        self.chunks: set[int] = set()  # the arena chunks this sandbox has mapped
         self.round_trip_ms: float | None = None
         self.confinement = ""
         parent, child = Pipe()
@@ -110,9 +110,15 @@ class Sandbox:
         self.request("ping")
         return (time.perf_counter() - started) * 1e3
 
-    def request(self, *message: Any, timeout: float | None = None) -> dict[str, Any]:
+    def request(
+        self, *message: Any, timeout: float | None = None, fds: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        """Send ``message`` (and pass ``fds`` right behind it: ``descriptors.receive_fds``), then wait
+        for the reply."""
         try:
             self.conn.send(message)
+            if fds:
+                send_fds(self.conn, list(fds))
         except (OSError, BrokenPipeError):
             raise SandboxDied(self._death_note()) from None
         return self._receive(timeout)

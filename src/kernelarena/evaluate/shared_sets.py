@@ -89,6 +89,7 @@ class SetMaker:
         # Whether the sandbox tried to capture a CUDA graph of the solution and failed: a later
         # failure may be the broken capture's, not the solution's (the judge retries with events).
         self.capture_failed = False
+        arena.hand_to(sandbox)  # another sandbox than the last gets buffers of its own
 
     def draw(self, seed: int, distribution: Distribution = STANDARD) -> dict[str, Value]:
         job = self.job
@@ -118,13 +119,23 @@ class SetMaker:
             made.append(shared)
             bindings.append(binding)
         self._synchronize()
-        new_chunks: dict[int, Any] = {}
-        for _, layout, _, _, _ in bindings:
-            chunk = layout[0]
-            if isinstance(chunk, int) and chunk not in self.sandbox.chunks:
-                new_chunks[chunk] = self.arena.handle(chunk)
-        _expect_ok(self.sandbox.request("bind", new_chunks, bindings))
-        self.sandbox.chunks.update(new_chunks)
+        handoffs = self.arena.take_unsent()
+        try:
+            reply = self.sandbox.request(
+                "bind",
+                {h.id: h.description() for h in handoffs},
+                bindings,
+                fds=[h.fd for h in handoffs if h.fd >= 0],
+            )
+            _expect_ok(reply)
+        except BaseException:
+            # The sandbox may hold some of the new buffers and not others: the next sets go to
+            # buffers made anew (for a replacement sandbox, they would be anyway).
+            self.arena.hand_to(None)
+            raise
+        finally:
+            for handoff in handoffs:
+                handoff.close()  # the sandbox has its own descriptors now
         self._bound.extend(made)
         return made
 
