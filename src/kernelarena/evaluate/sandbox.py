@@ -146,6 +146,7 @@ class Sandbox:
         except BuildError as error:
             return {"build_error": str(error)[-8000:]}
         metadata = {k: str(v) for k, v in self.runnable.metadata.items()}
+        metadata["artifact"] = str(self.runnable.artifact or "")
         if self.caches:
             metadata["caches"] = self.caches
         return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
