@@ -215,3 +215,18 @@ def test_an_unprivileged_user_gets_namespaces_or_is_told_why_and_keeps_every_oth
     os.waitpid(child, 0)
     assert "no capabilities" in held and "seccomp refuses" in held, held
     assert available == "True" or why_not, "namespaces missing without a reason"
+
+
+def test_doctor_says_which_protections_hold_and_names_a_missing_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from kernelarena.cli import app
+
+    monkeypatch.setenv("KERNELARENA_NAMESPACES", "0")
+    result = CliRunner().invoke(app, ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert "namespaces: NO, KERNELARENA_NAMESPACES=0" in result.output
+    assert "NO namespaces (KERNELARENA_NAMESPACES=0)" in result.output
+    assert "seccomp refuses" in result.output
