@@ -151,6 +151,7 @@ class Sandbox:
         except BuildError as error:
             return {"build_error": str(error)[-8000:]}
         metadata = {k: str(v) for k, v in self.runnable.metadata.items()}
+        metadata["artifact"] = str(self.runnable.artifact or "")
         if self.caches:
             metadata["caches"] = self.caches
         return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
@@ -386,13 +387,11 @@ def _warm_triton() -> None:
 
 
 def main(argv: list[str]) -> None:
-    fd, device_name, log_path = int(argv[0]), argv[1], argv[2]
-    first = argv[3] == "first"
-    writable = argv[4:]
-    from kernelarena.evaluate.confine import confine_writes, die_with_parent
-    from kernelarena.evaluate.worker import make_cuda_context, redirect_output
+    fd, device_name, first, writable = int(argv[0]), argv[1], argv[2] == "first", argv[3:]
+    from kernelarena.evaluate.confine import confine_sandbox, die_with_parent
+    from kernelarena.evaluate.worker import line_buffered_output, make_cuda_context
 
-    redirect_output(log_path)
+    line_buffered_output()  # the judge made descriptors 1 and 2 this sandbox's log
     die_with_parent()
     context = threading.Thread(target=make_cuda_context, args=(device_name,), name="cuda-context")
     if not device_name.startswith("cuda"):
@@ -408,16 +407,13 @@ def main(argv: list[str]) -> None:
         torch.cuda.set_device(device)
         torch.cuda.synchronize(device)
         context.join()
-    confinement = (
-        "not confined: KERNELARENA_UNCONFINED is set"
-        if os.environ.get("KERNELARENA_UNCONFINED") == "1"
-        else confine_writes(writable)
-    )
+    unconfined = os.environ.get("KERNELARENA_UNCONFINED") == "1"
+    confinement = "" if unconfined else confine_sandbox(writable)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     import kernelarena.build  # noqa: F401  (its imports, before the first request waits on them)
 
-    sandbox = Sandbox(conn, device, writable, confined=confinement.startswith("Landlock ABI"))
+    sandbox = Sandbox(conn, device, writable, confined="Landlock ABI" in confinement)
     if device.type != "cuda":
         with contextlib.suppress(ImportError):
             import triton  # noqa: F401  (as _warm_triton says; the interpreter has no cache key)
@@ -425,8 +421,9 @@ def main(argv: list[str]) -> None:
         sandbox.warm_pending = True
     else:
         _warm_triton()
-    print(f"kernelarena sandbox on {device_name}: {confinement}", flush=True)
-    conn.send_bytes(json.dumps({"ready": True, "confinement": confinement}).encode())
+    print(f"kernelarena sandbox on {device_name}: {confinement or 'not confined'}", flush=True)
+    ready = {"ready": True, "confinement": confinement, "pid": os.getpid()}
+    conn.send_bytes(json.dumps(ready).encode())
     sandbox.serve()
     sys.stdout.flush()
     sys.stderr.flush()

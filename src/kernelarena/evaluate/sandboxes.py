@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from kernelarena.evaluate.bytecode import with_bytecode
+from kernelarena.evaluate import isolation
 from kernelarena.evaluate.confine import descendants, kill_all
 from kernelarena.evaluate.descriptors import send_fds
 from kernelarena.evaluate.worker import read_tail
@@ -55,21 +55,26 @@ class Sandbox:
             "kernelarena.evaluate.sandbox",
             str(child.fileno()),
             device,
-            str(log_path),
             "first" if first else "spare",  # the first is waited for at once (sandbox._warm_triton)
             *writable,
         ]
-        environment = dict(
-            with_bytecode(dict(os.environ), writes=False),
-            PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
-            TMPDIR=str(tmp),
-            # Inductor's compile workers would be processes left running after a job.
-            TORCHINDUCTOR_COMPILE_THREADS="1",
-        )
-        self.process = subprocess.Popen(
-            command, pass_fds=(child.fileno(),), env=environment, stdin=subprocess.DEVNULL
-        )
+        self.walls = isolation.walls()
+        command, environment = isolation.walled(command, writable, tmp, self.walls)
+        with open(log_path, "ab") as log:  # the sandbox sees its log only as its stdout and stderr
+            self.process = subprocess.Popen(
+                command,
+                pass_fds=(child.fileno(),),
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                # Without namespaces, at least no controlling terminal (bwrap makes a session).
+                start_new_session=not self.walls.available,
+            )
         child.close()
+        # The processes that are the sandbox itself (bwrap's and the interpreter), found when it
+        # says it is ready, before any solution code runs: every other one is the solution's.
+        self._own: set[int] = {self.process.pid}
         self.conn: Connection = parent
         self._ready = False
 
@@ -94,7 +99,8 @@ class Sandbox:
         reply = self._receive(timeout)
         if not reply.get("ready"):
             raise SandboxDied(f"the sandbox did not start: {reply}")
-        self.confinement = str(reply.get("confinement", ""))
+        self.confinement = isolation.describe(self.walls, str(reply.get("confinement", "")))
+        self._own |= isolation.sandbox_processes(self.process.pid, reply.get("pid"))
         self._ready = True
         with quiet():
             self.round_trip_ms = min(self._timed_ping() for _ in range(3))
@@ -143,11 +149,15 @@ class Sandbox:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return "the solution's process stopped answering\n" + read_tail(str(self.log_path))
+        if code > 128 and self.walls.available:
+            code = 128 - code  # bwrap's init exits with 128 + the signal that killed the sandbox
         if code < 0:
             try:
                 cause = f"died from signal {signal.Signals(-code).name}"
             except ValueError:
                 cause = f"died from signal {-code}"
+            if -code == signal.SIGXFSZ:
+                cause += " (a file it wrote, its output included, reached the sandbox's limit)"
         else:
             cause = f"exited with code {code}"
         return f"the solution's process {cause} during its job\n" + read_tail(str(self.log_path))
@@ -166,7 +176,7 @@ class Sandbox:
 
     def strays(self) -> list[int]:
         """Processes the solution started that still run once its job is over."""
-        return descendants(self.pid)
+        return [pid for pid in descendants(self.pid) if pid not in self._own]
 
     def log_size(self) -> int:
         try:
@@ -175,13 +185,9 @@ class Sandbox:
             return 0
 
     def log_since(self, offset: int, limit: int = 6000) -> str:
-        try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(offset)
-                data = handle.read()
-        except OSError:
-            return ""
-        return data[-limit:].decode("utf-8", errors="replace")
+        """At most the last ``limit`` bytes written after ``offset``: a solution that prints
+        gigabytes costs the judge a seek."""
+        return read_tail(str(self.log_path), limit, since=offset)
 
     def retire(self) -> None:
         """Killed at once; reaped in the background (a process with a CUDA context takes ~0.1 s

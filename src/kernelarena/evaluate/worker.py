@@ -230,6 +230,11 @@ def redirect_output(log_path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    line_buffered_output()
+
+
+def line_buffered_output() -> None:
+    """Python's output on descriptors 1 and 2, a line at a time, so a crash loses none of it."""
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
@@ -246,13 +251,7 @@ def _log_size(path: str) -> int:
 def _read_from(path: str, offset: int) -> str:
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read()
-    except OSError:
-        return ""
-    return data[-LOG_TAIL:].decode("utf-8", errors="replace")
+    return read_tail(path, LOG_TAIL, since=offset)
 
 
 def main(argv: list[str]) -> None:
@@ -260,13 +259,14 @@ def main(argv: list[str]) -> None:
     worker_main(Connection(fd), device, log_path, measure_ceilings="--no-ceilings" not in argv)
 
 
-def read_tail(path: str, limit: int = LOG_TAIL) -> str:
+def read_tail(path: str, limit: int = LOG_TAIL, since: int = 0) -> str:
+    """At most the last ``limit`` bytes of the file at ``path`` from offset ``since`` on: never
+    more, however much a sandbox wrote."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            return handle.read().decode("utf-8", errors="replace")
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(since, size - limit))
+            return handle.read(limit).decode("utf-8", errors="replace")
     except OSError:
         return ""
 
