@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine: one stage of GPU work, logs and results under $OUT.
-# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | scaling | nvfp4 | wave)
+# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | scaling | nvfp4 | wave | verdict)
 set -uo pipefail
 stage=${1:?stage}
 OUT=${OUT:-/tmp/out}
@@ -116,6 +116,54 @@ case "$stage" in
       done
     fi
     tar czf "$OUT/results.tgz" benchmarks/results
+    ;;
+  verdict)  # issues 36-37: GPU tests of the judge and sandbox; PARTS parity: latency of the code in
+    # .old-src (an earlier commit's src/, carried) against this one's on the same machine, twice each
+    parts=${PARTS:-tests}
+    if [[ $parts == *tests* ]]; then
+      log "doctor"; python3 -m kernelarena.cli doctor 2>&1 | tee "$OUT/doctor.txt" | tail -12
+      log "gpu tests: evaluate"
+      timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -m gpu -n ${TESTS_WORKERS:-3} --timeout 400 \
+        -p no:cacheprovider -rf tests/evaluate tests/test_fib_roundtrip_engine.py ${EXTRA_TESTS:-} \
+        > "$OUT/gpu-tests-verdict.txt" 2>&1; tail -15 "$OUT/gpu-tests-verdict.txt"
+    fi
+    if [[ $parts == *variants* ]]; then
+      # One run per variant ("name=VAR=value,VAR=value"; "old" runs .old-src), for where a change
+      # in the figures comes from: the walls, the filter, the judge.
+      defs=${DEFS:-rmsnorm_bf16 silu_and_mul_bf16}
+      for variant in ${VARIANTS:-full= old=}; do
+        name=${variant%%=*}; settings=${variant#*=}
+        source_path=$PWD/src; [ "$name" = old ] && source_path=$PWD/.old-src/src
+        log "variant $name ($settings): $defs"
+        env ${settings//,/ } PYTHONPATH=$source_path:$PWD:/tmp/site KERNELARENA_DATASET=/tmp/ds-$name \
+          timeout ${RUN_TIMEOUT:-150} python3 -m kernelarena.cli run $defs --suite performance \
+          --device cuda:0 --allow-failures --trials 2 > "$OUT/variant_$name.txt" 2>&1
+        tail -1 "$OUT/variant_$name.txt"
+      done
+      for variant in ${VARIANTS:-full= old=}; do
+        name=${variant%%=*}; [ "$name" = old ] && continue
+        echo "== $name against old"; python3 benchmarks/compare_runs.py --before /tmp/ds-old \
+          --after /tmp/ds-$name --label variant_$name 2>&1 | head -4
+      done
+      tar czf "$OUT/variant_traces.tgz" -C /tmp $(cd /tmp && ls -d ds-*/traces)
+    fi
+    if [[ $parts == *parity* ]]; then
+      defs=${DEFS:-rmsnorm_bf16 silu_and_mul_bf16 attention_prefill_bf16}
+      for round in 1 2; do
+        for side in old new; do
+          source_path=$PWD/src; [ $side = old ] && source_path=$PWD/.old-src/src
+          log "library run $side $round: $defs"
+          PYTHONPATH=$source_path:$PWD:/tmp/site KERNELARENA_DATASET=/tmp/ds-$side-$round \
+            timeout ${RUN_TIMEOUT:-150} python3 -m kernelarena.cli run $defs --suite performance \
+            --device cuda:0 --allow-failures --trials 2 > "$OUT/run_${side}_$round.txt" 2>&1
+          tail -2 "$OUT/run_${side}_$round.txt"
+        done
+      done
+      python3 benchmarks/compare_runs.py --before /tmp/ds-old-1 /tmp/ds-old-2 \
+        --after /tmp/ds-new-1 /tmp/ds-new-2 --label verdict_parity 2>&1 | tee "$OUT/parity.txt"
+      cp benchmarks/results/verdict_parity_*.json "$OUT/" 2>/dev/null
+      tar czf "$OUT/parity_traces.tgz" -C /tmp ds-old-1/traces ds-old-2/traces ds-new-1/traces ds-new-2/traces
+    fi
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac

@@ -28,7 +28,9 @@ NUMERICAL = (Status.INCORRECT_NUMERICAL, True, "")
 # read-only; without them, Landlock refuses the writes.
 _WALLED = walls().available
 _OUT_OF_VIEW = "No such file or directory" if _WALLED else "PermissionError"
-_READ_ONLY = "Read-only file system" if _WALLED else "PermissionError"
+# Refused by the read-only bind, or, where the caches live in the sandbox's own /tmp (a GPU host's
+# KERNELARENA_CACHE=/tmp/...), by Landlock: either phrase ("|" separates them).
+_READ_ONLY = "Read-only file system|Permission denied" if _WALLED else "PermissionError"
 REJECTED = (Status.RUNTIME_ERROR, True, "timing rejected")
 
 # solution file -> (expected status, destination-passing style, a phrase the log must contain)
@@ -54,12 +56,13 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "caches_on_sampled_key": (Status.INCORRECT_NUMERICAL, True, "reuses results across calls"),
     "returns_lazy_tensor": (Status.INCORRECT_SHAPE, False, "not a plain tensor"),
 }
-GRAPH_REJECTED = "timing rejected: one replay of the CUDA graph"
+# The graph's outputs are checked after the timed replays, before the judge replays it itself.
+GRAPH_SKIPPED = (Status.INCORRECT_NUMERICAL, "outputs of the timed calls")
 GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     **CPU_ATTACKS,
     "side_stream": (Status.RUNTIME_ERROR, True, ""),
-    "skips_work_in_capture": (Status.RUNTIME_ERROR, True, GRAPH_REJECTED),
-    "skips_work_in_capture_value": (Status.RUNTIME_ERROR, False, GRAPH_REJECTED),
+    "skips_work_in_capture": (GRAPH_SKIPPED[0], True, GRAPH_SKIPPED[1]),
+    "skips_work_in_capture_value": (GRAPH_SKIPPED[0], False, GRAPH_SKIPPED[1]),
 }
 
 
@@ -103,7 +106,10 @@ def _attack(
         assert evaluation is not None
         assert evaluation.status is not Status.PASSED, f"{stem} PASSED:\n{evaluation.log}"
         assert evaluation.status is status, f"{stem}: {evaluation.status}:\n{evaluation.log}"
-        assert phrase in evaluation.log, f"{stem}: log lacks {phrase!r}:\n{evaluation.log}"
+        phrases = phrase.split("|")
+        assert any(p in evaluation.log for p in phrases), (
+            f"{stem}: log lacks {phrase!r}:\n{evaluation.log}"
+        )
     assert not (dataset / "planted.txt").exists()
     assert not list(bytecode_folder().glob("planted_by_a_solution*"))
     assert not [c for c in caches if (c / "planted_by_a_solution.so").exists()]

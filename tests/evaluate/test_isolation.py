@@ -230,3 +230,22 @@ def test_doctor_says_which_protections_hold_and_names_a_missing_one(
     assert "namespaces: NO, KERNELARENA_NAMESPACES=0" in result.output
     assert "NO namespaces (KERNELARENA_NAMESPACES=0)" in result.output
     assert "seccomp refuses" in result.output
+
+
+def test_compilers_outside_the_system_folders_are_bound_with_their_prefix(tmp_path: Path) -> None:
+    """A GPU image's gcc in /opt/gcc/bin (named by CXX): torch's extension builds, nvcc's -ccbin
+    and Triton's launcher build call it, and it needs its whole prefix."""
+    from kernelarena.evaluate.isolation import compiler_paths
+
+    prefix = tmp_path / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec").mkdir()
+    for name in ("g++", "gcc"):
+        program = prefix / "bin" / name
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+    found = compiler_paths({"PATH": "/usr/bin:/bin", "CXX": str(prefix / "bin" / "g++")})
+    assert found == [str(prefix)]
+    found = compiler_paths({"PATH": f"{prefix / 'bin'}:/usr/bin"})
+    assert found == [str(prefix)]
+    assert compiler_paths({"PATH": "/usr/bin:/bin"}) == []

@@ -330,7 +330,7 @@ def test_an_unusable_submit_claim_records_none(claim: Any) -> None:
     assert figure is None and len(sandbox.requests) == 1
 
 
-def _eager_batches(call_ms: float, sets: int) -> tuple[float, list[int]]:
+def _eager_batches(call_ms: float, sets: int, fixed_ms: float = 0.0) -> tuple[float, list[int]]:
     """eager_clock against a sandbox whose calls take ``call_ms``: (ms a call, calls per request)."""
     from types import SimpleNamespace
 
@@ -340,12 +340,12 @@ def _eager_batches(call_ms: float, sets: int) -> tuple[float, list[int]]:
 
     def request(kind: str, ids: list[int], calls: int) -> dict[str, Any]:
         asked.append(calls)
-        time.sleep(calls * call_ms * 1e-3)
+        time.sleep((fixed_ms + calls * call_ms) * 1e-3)
         return {"ok": True}
 
     sandbox = SimpleNamespace(request=request, round_trip_ms=0.0)
     timed = [SimpleNamespace(id=i) for i in range(sets)]
-    holder = SimpleNamespace(sandbox=sandbox, device=torch.device("cpu"), delivery_ms=0.0)
+    holder = SimpleNamespace(sandbox=sandbox, device=torch.device("cpu"))
     return eager_clock(holder, timed), asked  # type: ignore[arg-type]
 
 
@@ -353,13 +353,21 @@ def test_the_judges_eager_batches_hold_at_least_the_minimum_of_calls() -> None:
     """A millisecond call would fill the 2 ms span in two calls, where the first launch and the
     last synchronization weigh as much as the difference between solutions; a call of 20 ms
     needs no more than the sets once."""
-    from kernelarena.evaluate.judge_clock import CLOCK_BATCHES, EAGER_MIN_CALLS
+    from kernelarena.evaluate.judge_clock import DIFFERENCE_BATCHES, EAGER_MIN_CALLS
 
     per_call, asked = _eager_batches(1.0, sets=3)
-    assert asked == [3, 6, 12, 24] + [24] * CLOCK_BATCHES  # whole rounds, at least EAGER_MIN_CALLS
-    assert asked[-1] >= EAGER_MIN_CALLS and per_call == pytest.approx(1.0, rel=0.5)
+    # Whole rounds, at least EAGER_MIN_CALLS; then batches of that many and twice as many.
+    assert asked == [3, 6, 12, 24] + [24, 48] * DIFFERENCE_BATCHES
+    assert asked[3] >= EAGER_MIN_CALLS and per_call == pytest.approx(1.0, rel=0.5)
     per_call, asked = _eager_batches(20.0, sets=2)
-    assert asked == [2] * (1 + CLOCK_BATCHES) and per_call == pytest.approx(20.0, rel=0.5)
+    assert asked == [2] + [2, 4] * DIFFERENCE_BATCHES and per_call == pytest.approx(20.0, rel=0.5)
+
+
+def test_what_every_request_costs_besides_its_calls_is_not_in_the_eager_figure() -> None:
+    """A request that costs 3 ms besides its calls of 0.5 ms (a round trip, a GPU warming its
+    address translation after the judge's poison): the figure is the calls' alone."""
+    per_call, _ = _eager_batches(0.5, sets=2, fixed_ms=3.0)
+    assert per_call == pytest.approx(0.5, rel=0.3)
 
 
 def test_the_eager_figure_keeps_the_lesser_of_two_looks() -> None:
@@ -381,7 +389,6 @@ def test_the_eager_figure_keeps_the_lesser_of_two_looks() -> None:
     holder: Any = SimpleNamespace(
         sandbox=SimpleNamespace(request=request, round_trip_ms=0.0),
         device=torch.device("cpu"),
-        delivery_ms=0.0,
     )
     first = JudgeClock(eager_call_ms=eager_clock(holder, timed), graph_call_ms=0.002)
     assert first.eager_call_ms == pytest.approx(5.0, rel=0.3)

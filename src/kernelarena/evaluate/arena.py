@@ -192,6 +192,8 @@ def _sharing(device: torch.device) -> tuple[str, str]:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         reason = arena_cuda.vmm_unavailable(index)
+        if os.environ.get("KERNELARENA_ARENA") == "ipc":  # a diagnostic, without namespaces
+            reason = "KERNELARENA_ARENA=ipc"
         if reason is None:
             return "CUDA virtual memory passed by file descriptor", "cuda_vmm"
         return (

@@ -158,6 +158,31 @@ def toolkit_paths(environment: dict[str, str]) -> list[str]:
     return [path for path in found if not _covers_home(path) and path != "/"]
 
 
+_COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "ninja")
+
+
+def compiler_paths(environment: dict[str, str]) -> list[str]:
+    """The install prefixes of the host compilers builds call (``CC``, ``CXX``, ``CUDAHOSTCXX``,
+    and ``cc``, ``gcc``, ... on ``PATH``) where they live outside the system folders: a GPU
+    image's ``/opt/gcc``, which torch's extension builds, nvcc's ``-ccbin`` and Triton's
+    launcher all call. A compiler in ``PREFIX/bin`` needs all of ``PREFIX`` (its ``libexec``,
+    headers and libraries); none under the user's home."""
+    search = environment.get("PATH", os.defpath)
+    programs = [environment.get(v, "") for v in ("CC", "CXX", "CUDAHOSTCXX")]
+    programs += [shutil.which(name, path=search) or "" for name in _COMPILERS]
+    home = os.path.abspath(os.path.expanduser("~"))
+    prefixes = []
+    for program in programs:
+        located = shutil.which(program, path=search) if program else None
+        if not located:
+            continue
+        folder = os.path.dirname(os.path.realpath(located))
+        prefix = os.path.dirname(folder) if os.path.basename(folder) == "bin" else folder
+        if not _under(prefix, _SYSTEM) and not _under(prefix, [home]) and prefix != "/":
+            prefixes.append(prefix)
+    return _existing(prefixes)
+
+
 def bwrap_command(
     bwrap: str,
     command: list[str],
@@ -267,7 +292,7 @@ def walled(
     )
     if not found.available or found.bwrap is None:
         return command, environment
-    readable = [*imports, *toolkit_paths(environment)]
+    readable = [*imports, *toolkit_paths(environment), *compiler_paths(environment)]
     if environment.get("PYTHONPYCACHEPREFIX"):
         readable.append(environment["PYTHONPYCACHEPREFIX"])  # read, never written (``bytecode``)
     folders = [w for w in [*writable, str(tmp)] if w != "/dev"]  # /dev is the sandbox's own

@@ -22,7 +22,7 @@ import torch
 
 from kernelarena.evaluate.confine import descendants, stat_fields
 from kernelarena.evaluate.crosscheck import JudgeClock, TimingRejected, check_reported
-from kernelarena.evaluate.pass_check import after_pass, before_pass, delivery_ms
+from kernelarena.evaluate.pass_check import after_pass, before_pass
 from kernelarena.evaluate.shared_sets import SetMaker, SharedSet
 from kernelarena.evaluate.timing import Timing
 
@@ -36,8 +36,9 @@ EAGER_ROUNDS = 200
 # call (H200, 2026-11-26), more than the solutions differ by.
 EAGER_MIN_CALLS = 16
 EAGER_LONG_BATCH_MS = 25.0
-# The judge's clocks keep the fastest of this many batches.
+# The judge's clocks keep the fastest of this many batches (of each length, for ``_per_call``).
 CLOCK_BATCHES = 3
+DIFFERENCE_BATCHES = 2
 # Calls in a burst whose host time is the submit time: few enough that the launch queue never
 # fills (past ~1000 pending kernels a launch waits for the GPU, and the host time becomes GPU time),
 # and fewer where that many would take longer than SUBMIT_SPAN_MS.
@@ -58,7 +59,6 @@ def judge_clock(
 ) -> JudgeClock:
     """The judge's figures for a reported timing: an eager pass over the rotated sets, and
     replays of the sandbox's graph where it timed one; each over ``span`` times the usual time."""
-    sets.sandbox.refresh_round_trip()
     eager_ms = eager_clock(sets, rotated, span)
     graph = reported.mode == "cuda_graph"
     graph_ms = replay_clock(sets, rotated, reported.median_ms, span) if graph else None
@@ -138,28 +138,24 @@ def _cpu_ticks(root: int) -> int:
 
 
 def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> float:
-    """The judge's clock around eager loops over the timed sets, each long enough
-    (``REPLAY_SPAN_MS``, within bounds) that one synchronization and round trip are noise; the
-    fastest of ``CLOCK_BATCHES``, so that a loop the scheduler preempted does not count. Ms per
-    call, host launch included. The loop's length is found by growing it until it lasts that long
-    on the judge's clock (as ``timeit`` sizes its loops), not from the reported time: a launch
-    often costs far more than the GPU time, and a false report must not size the loop either."""
+    """The judge's clock around eager loops over the timed sets: ms per call, host launch
+    included. The loop's length ``count`` is found by growing it until a batch lasts
+    ``REPLAY_SPAN_MS`` (within bounds) on the judge's clock (as ``timeit`` sizes its loops), not
+    from the reported time: a launch often costs far more than the GPU time, and a false report
+    must not size the loop either. The figure is the difference between batches of ``2 * count``
+    and ``count`` calls over ``count`` (``_per_call``)."""
     ids = [s.id for s in timed]
-
-    def loop(calls: int, batches: int = CLOCK_BATCHES) -> float:
-        request = ("eager", ids, calls)
-        return _fastest(sets, timed, request, "the judge's eager calls", batches)
-
+    what = "the judge's eager calls"
     most = int(len(ids) * EAGER_ROUNDS * span)
     count = len(ids)
     while count < most:
-        wall = loop(count, batches=1)
+        wall = _checked_wall(sets, timed, ("eager", ids, count), what)
         enough = count >= EAGER_MIN_CALLS or wall >= EAGER_LONG_BATCH_MS * span
         if wall >= REPLAY_SPAN_MS * span and enough:
             break
         wanted = count * REPLAY_SPAN_MS * span / max(wall, 1e-3)
         count = min(most, max(2 * count, -(-int(wanted) // len(ids)) * len(ids)))
-    return loop(count) / count
+    return _per_call(sets, timed, lambda n: ("eager", ids, n), count, what) / count
 
 
 def eager_second_look(sets: SetMaker, rotated: list[SharedSet], clock: JudgeClock) -> JudgeClock:
@@ -194,36 +190,40 @@ def host_submit_ms(sets: SetMaker, timed: list[SharedSet], eager_call_ms: float)
     return round(min(min(figures), eager_call_ms), 6)
 
 
-def _fastest(
+def _checked_wall(
+    sets: SetMaker, timed: list[SharedSet], request: tuple[Any, ...], what: str
+) -> float:
+    """The wall time of one request, in ms, as a checked pass (``pass_check``): outputs poisoned
+    before it, compared after it, neither inside the time."""
+    before_pass(sets, timed)
+    if sets.device.type == "cuda":
+        torch.cuda.synchronize(sets.device)
+    started = time.perf_counter()
+    reply = sets.sandbox.request(*request)
+    wall = (time.perf_counter() - started) * 1e3
+    after_pass(sets, timed, reply, what)
+    return wall
+
+
+def _per_call(
     sets: SetMaker,
     timed: list[SharedSet],
-    request: tuple[Any, ...],
+    request: Callable[[int], tuple[Any, ...]],
+    count: int,
     what: str,
-    batches: int = CLOCK_BATCHES,
 ) -> float:
-    """The least wall time of ``batches`` requests, in ms, less what is not the calls: the round
-    trip to the sandbox and the delivery of a value-returning solution's results. Each request is
-    a checked pass (``pass_check``): outputs poisoned before it, compared after it, neither inside
-    the time."""
-    walls = []
-    for _ in range(batches):
-        before_pass(sets, timed)
-        if sets.device.type == "cuda":
-            torch.cuda.synchronize(sets.device)
-        started = time.perf_counter()
-        reply = sets.sandbox.request(*request)
-        walls.append((time.perf_counter() - started) * 1e3)
-        after_pass(sets, timed, reply, what)
-    wall = min(walls)
-    # Never more than half the batch: a round trip measured while the machine was busy must not
-    # turn an honest call's figure into nothing (an eager figure of 0.0 once ranked first).
-    return max(wall - _overhead_ms(sets, timed), 0.5 * wall)
-
-
-def _overhead_ms(sets: SetMaker, timed: list[SharedSet]) -> float:
-    if sets.delivery_ms is None:
-        sets.delivery_ms = delivery_ms(sets, timed)
-    return (sets.sandbox.round_trip_ms or 0.0) + sets.delivery_ms
+    """Ms for ``count`` units of work (calls, replays): the least wall of ``DIFFERENCE_BATCHES``
+    requests of ``2 * count`` less the least of as many of ``count``, taken in turn. What every
+    request costs besides its units cancels: the round trip, the first launch and the last
+    synchronization, the delivery of a value-returning solution's results, and the sandbox's
+    GPU warming its address translation again after the judge's poison ran in another context
+    (on an H100, 2026-11-27: 9-15% of a 300 us call's figure, and more than a whole empty
+    graph's, when a batch's wall time less a round trip was the figure)."""
+    short, long = float("inf"), float("inf")
+    for _ in range(DIFFERENCE_BATCHES):
+        short = min(short, _checked_wall(sets, timed, request(count), what))
+        long = min(long, _checked_wall(sets, timed, request(2 * count), what))
+    return max(long - short, 0.0)
 
 
 def replay_clock(
@@ -238,6 +238,5 @@ def replay_clock(
         return None
     per_replay = max(reported_ms * calls, 1e-4)
     count = max(1, min(int(50 * span), int(REPLAY_SPAN_MS * span / per_replay) + 1))
-    request = ("replay", count)
     what = "the judge's replays of the timed CUDA graph"
-    return _fastest(sets, rotated, request, what) / (count * calls)
+    return _per_call(sets, rotated, lambda n: ("replay", n), count, what) / (count * calls)

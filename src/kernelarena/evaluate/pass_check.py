@@ -13,7 +13,6 @@ after in-place refills instead.
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import torch
@@ -86,25 +85,3 @@ def after_pass(sets: SetMaker, timed: list[SharedSet], reply: dict[str, Any], wh
                 "first calls, fails here. " + "; ".join(c.describe() for c in failed),
                 with_details(Correctness(), comparisons),
             )
-
-
-def delivery_ms(sets: SetMaker, timed: list[SharedSet]) -> float:
-    """What copying a value-returning solution's results into the judge's buffers adds to a pass
-    over ``timed`` (0 for a destination-passing solution), measured here with the judge's own
-    copies of the same outputs: the judge's clocks subtract it, so that their figures hold the
-    calls only. The least of three, device synchronized."""
-    if sets.job.destination_passing_style:
-        return 0.0
-    sources = [{n: t.clone() for n, t in s.outputs.items()} for s in timed]
-    best = float("inf")
-    for _ in range(3):
-        if sets.device.type == "cuda":
-            torch.cuda.synchronize(sets.device)
-        started = time.perf_counter()
-        for shared, source in zip(timed, sources, strict=True):
-            for name, tensor in shared.outputs.items():
-                tensor.copy_(source[name])
-        if sets.device.type == "cuda":
-            torch.cuda.synchronize(sets.device)
-        best = min(best, (time.perf_counter() - started) * 1e3)
-    return best

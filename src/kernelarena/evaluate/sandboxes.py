@@ -105,12 +105,6 @@ class Sandbox:
         with quiet():
             self.round_trip_ms = min(self._timed_ping() for _ in range(3))
 
-    def refresh_round_trip(self) -> None:
-        """Keep the least round trip seen: one measured while the machine was busy, subtracted
-        from every later clock, would shrink honest figures."""
-        least = min(self._timed_ping() for _ in range(3))
-        self.round_trip_ms = min(self.round_trip_ms or least, least)
-
     def _timed_ping(self) -> float:
         started = time.perf_counter()
         self.request("ping")

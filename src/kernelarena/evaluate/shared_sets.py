@@ -84,8 +84,6 @@ class SetMaker:
         self.job = job
         self.device = device
         self._bound: list[SharedSet] = []
-        # What delivering a value-returning solution's results adds to a pass (``pass_check``).
-        self.delivery_ms: float | None = None
         # Whether the sandbox tried to capture a CUDA graph of the solution and failed: a later
         # failure may be the broken capture's, not the solution's (the judge retries with events).
         self.capture_failed = False

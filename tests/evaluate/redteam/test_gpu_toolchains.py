@@ -18,7 +18,7 @@ TOOLCHAINS = Path(__file__).parents[2] / "fixtures" / "redteam"
 
 def _sandbox(tmp_path: Path) -> Sandbox:
     tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp.mkdir(parents=True)
     sandbox_caches_root().mkdir(parents=True, exist_ok=True)
     writable = [str(sandbox_caches_root()), "/dev", str(tmp)]
     sandbox = Sandbox("cuda:0", tmp_path / "sandbox.log", writable, tmp)
