@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernelarena.dispatch.parameters import (
+    Binder,
+    binder,
     call_by_position,
     parameter_names,
-    positional_arguments,
     signature_of,
 )
 from kernelarena.dispatch.state import current_runtime, disable_apply, enable_apply, register
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from kernelarena.data import Definition
     from kernelarena.dispatch.calls import Prepared
     from kernelarena.dispatch.runtime import ApplyRuntime
-    from kernelarena.dispatch.signature import Binding
+    from kernelarena.dispatch.signature import Binding, Guards
     from kernelarena.dispatch.table import RankBy
 
 log = logging.getLogger("kernelarena.dispatch")
@@ -51,6 +52,12 @@ def _unbound(args: tuple[Any, ...]) -> Any:
 
 def _store_nowhere(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Prepared) -> None:
     raise LookupError("not bound to a runtime yet")
+
+
+class _Unguarded:
+    """The guards of a site not bound to a runtime: none ever passes (an argument count of -1)."""
+
+    hit: tuple[int, Any, Any, Any, int] = (-1, None, None, None, -1)
 
 
 def invoke(prepared: Prepared, args: tuple[Any, ...]) -> Any:
@@ -80,6 +87,9 @@ class CallSite:
         self.label = label or f"{qualname} (apply {name!r})"
         self.signature = signature_of(fallback)
         self.parameters = parameter_names(self.signature)
+        # Calls with fewer positional arguments than this fill defaults (0: none has one).
+        self.arity = len(self.parameters) if _has_defaults(self.signature) else 0
+        self.binders: dict[tuple[int, tuple[str, ...]], Binder] = {}
         self.body = call_by_position(fallback, self.signature)
         self.lock = threading.Lock()
         self.reset()
@@ -92,6 +102,7 @@ class CallSite:
         self.key_of: Callable[[tuple[Any, ...]], tuple[Any, ...]] = _unbound
         self.lookup: Callable[[tuple[Any, ...]], Prepared] = _unbound
         self.store: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None] = _store_nowhere
+        self.guards: Guards | _Unguarded = _Unguarded()
         self.entries: dict[tuple[Any, ...], Prepared] = {}
 
     # -- slow path --------------------------------------------------------------------------
@@ -109,7 +120,8 @@ class CallSite:
         if not candidates:  # nothing to dispatch to in this runtime: the body, at no cost
             self._pass_through(lambda: self.runtime is runtime)
             return self.fallback(*args, **kwargs)
-        positional = self._positional(args, kwargs)
+        short = len(args) < len(self.parameters)
+        positional = self.positional(args, kwargs) if kwargs or short else args
         try:
             prepared = entries[key_of(positional)]
         except Exception:
@@ -136,14 +148,22 @@ class CallSite:
             entries: dict[tuple[Any, ...], Prepared] = {}
             self.candidates, self.entries = candidates, entries
             self.key_of, self.lookup, self.store = _unbound, _unbound, _store_nowhere
+            self.guards = _Unguarded()
             if candidates:
-                self.key_of, self.lookup, self.store = key_functions(
+                self.key_of, self.lookup, self.store, self.guards = key_functions(
                     candidates, runtime.tracing, entries
                 )
             self.runtime = runtime
 
-    def _positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        return positional_arguments(self.signature, self.parameters, args, kwargs, self.label)
+    def positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Keywords and defaults as positions, by a binder compiled once per form of call."""
+        form = (len(args), tuple(kwargs))
+        bind = self.binders.get(form)
+        if bind is None:
+            bind = self.binders[form] = binder(
+                self.signature, self.parameters, form[0], form[1], self.label
+            )
+        return bind(args, kwargs)
 
     def _resolve(
         self,
@@ -238,25 +258,62 @@ def apply(
 
 
 def routed(site: CallSite) -> Callable[..., Any]:
-    """The function that stands for ``site``: the hot path, written out for speed."""
+    """The function that stands for ``site``: the hot path, written out for speed. Keyword calls,
+    and where the function has defaults calls that leave some out, are made positional first
+    (``CallSite.positional``: a tuple built by code compiled for that form of call)."""
     register(site)
     fallback = site.fallback
+    arity = site.arity
 
-    @functools.wraps(fallback)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if site.passthrough:
-            return fallback(*args, **kwargs)
-        if not kwargs:
-            try:
-                call, into = site.lookup(args)
-            except Exception:  # a new key, or arguments that need checking: the slow path
-                pass
-            else:  # invoke(), written out: a frame less
+    if arity:
+
+        @functools.wraps(fallback)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if site.passthrough:
+                return fallback(*args, **kwargs)
+            given = site.positional(args, kwargs) if kwargs or len(args) < arity else args
+            count, pick, check, call, into = site.guards.hit
+            if len(given) == count and check(*pick(given)):
                 if into < 0:
-                    return call(*args)
-                call(*args)
-                return args[into]
-        return site.dispatch(args, kwargs)
+                    return call(*given)
+                call(*given)
+                return given[into]
+            try:
+                call, into = site.lookup(given)
+            except Exception:  # a new key, or arguments that need checking: the slow path
+                return site.dispatch(args, kwargs)
+            if into < 0:  # invoke(), written out: a frame less
+                return call(*given)
+            call(*given)
+            return given[into]
+
+    else:
+
+        @functools.wraps(fallback)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if site.passthrough:
+                return fallback(*args, **kwargs)
+            given = site.positional(args, kwargs) if kwargs else args
+            count, pick, check, call, into = site.guards.hit
+            if len(given) == count and check(*pick(given)):
+                if into < 0:
+                    return call(*given)
+                call(*given)
+                return given[into]
+            try:
+                call, into = site.lookup(given)
+            except Exception:  # a new key, or arguments that need checking: the slow path
+                return site.dispatch(args, kwargs)
+            if into < 0:  # invoke(), written out: a frame less
+                return call(*given)
+            call(*given)
+            return given[into]
 
     wrapper.__kernelarena_site__ = site  # type: ignore[attr-defined]
     return wrapper
+
+
+def _has_defaults(signature: Any) -> bool:
+    return signature is not None and any(
+        p.default is not p.empty for p in signature.parameters.values()
+    )

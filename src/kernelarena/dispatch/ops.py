@@ -190,11 +190,8 @@ def make_operator(
         if not is_compiling():
             # routed()'s fast path, written out here: a Python frame less on every call.
             if not kwargs and not site.passthrough:
-                try:
-                    call, into = site.lookup(args)
-                except Exception:  # a new key, or arguments that need checking
-                    pass
-                else:
+                count, pick, check, call, into = site.guards.hit
+                if len(args) == count and check(*pick(args)):
                     if into < 0:
                         return call(*args)
                     call(*args)
