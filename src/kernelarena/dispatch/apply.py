@@ -34,8 +34,7 @@ if TYPE_CHECKING:
     from kernelarena.data import Definition
     from kernelarena.dispatch.calls import Prepared
     from kernelarena.dispatch.runtime import ApplyRuntime
-    from kernelarena.dispatch.signature import Binding, Guards
-    from kernelarena.dispatch.table import RankBy
+    from kernelarena.dispatch.signature import Guards
 
 log = logging.getLogger("kernelarena.dispatch")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,14 +57,6 @@ class _Unguarded:
     """The guards of a site not bound to a runtime: none ever passes (an argument count of -1)."""
 
     hit: tuple[int, Any, Any, Any, int] = (-1, None, None, None, -1)
-
-
-def invoke(prepared: Prepared, args: tuple[Any, ...]) -> Any:
-    call, into = prepared
-    if into < 0:
-        return call(*args)
-    call(*args)
-    return args[into]
 
 
 class CallSite:
@@ -126,7 +117,11 @@ class CallSite:
             prepared = entries[key_of(positional)]
         except Exception:
             prepared = self._resolve(runtime, candidates, key_of, entries, store, positional)
-        return invoke(prepared, positional)
+        call, into = prepared
+        if into < 0:
+            return call(*positional)
+        call(*positional)
+        return positional[into]
 
     def _pass_through(self, still: Callable[[], bool]) -> None:
         """Call the body directly from now on, unless apply changed meanwhile (then a reset has
@@ -174,6 +169,9 @@ class CallSite:
         store: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None],
         args: tuple[Any, ...],
     ) -> Prepared:
+        """The first call of a key: its solutions chosen and tried (``first_use.prepare``), the
+        workload recorded when tracing."""
+        from kernelarena.dispatch import first_use
         from kernelarena.dispatch.signature import bind_call
 
         binding = bind_call(candidates, args, self.parameters, self.label)
@@ -181,7 +179,7 @@ class CallSite:
         with runtime.lock:
             if key in entries:
                 return entries[key]
-            prepared = self._prepare(runtime, binding)
+            prepared = first_use.prepare(self, runtime, binding, args)
             if runtime.recorder is not None:
                 try:
                     runtime.recorder.record(binding.definition, binding.axes, args)
@@ -189,57 +187,6 @@ class CallSite:
                     log.warning("%s: workload not recorded: %s", self.label, error)
             store(key, args, prepared)  # into dicts a reset meanwhile has simply dropped
         return prepared
-
-    def _prepare(self, runtime: ApplyRuntime, binding: Binding) -> Prepared:
-        """The callable for a key. Ranked by eager per-call time, except inside CUDA graph
-        capture (or with ``rank_by="gpu"``), where GPU time is what a call costs: where the two
-        rankings pick different solutions, both are prepared and each call asks which applies."""
-        from kernelarena.dispatch.calls import capture_aware, capture_check
-
-        mode = runtime.rank_by
-        chosen, prepared = self._prepare_ranked(
-            runtime, binding, "gpu" if mode == "gpu" else "eager"
-        )
-        capturing = capture_check(binding.device) if mode == "auto" else None
-        if capturing is None:
-            return prepared
-        chosen_in_graph, in_graph = self._prepare_ranked(runtime, binding, "gpu")
-        if chosen_in_graph == chosen:
-            return prepared
-        return capture_aware(prepared, in_graph, capturing)
-
-    def _prepare_ranked(
-        self, runtime: ApplyRuntime, binding: Binding, rank_by: RankBy
-    ) -> tuple[str | None, Prepared]:
-        """The first solution of the table's choice that builds here, with its callable; else
-        (None, the fallback)."""
-        from kernelarena.build import Runnable
-        from kernelarena.dispatch.calls import adapt, returning, solution_call
-        from kernelarena.dispatch.table import shape_key
-
-        definition, device = binding.definition, binding.device
-        table = runtime.table(definition, device, rank_by)
-        choice = table.choose(shape_key(definition, binding.axes, binding.flags))
-        for name in choice.solutions:
-            runnable = runtime.runnable(definition, name, device)
-            if runnable is not None:
-                log.debug(
-                    "%s: %s at %s -> %s (%s, by %s time%s)",
-                    self.label,
-                    definition.name,
-                    {**binding.axes, **binding.flags},
-                    name,
-                    choice.reason,
-                    rank_by,
-                    f", borrowed from {table.borrowed_from}" if table.borrowed_from else "",
-                )
-                return name, solution_call(runnable, binding)
-        if self.fallback_for is None:
-            return None, returning(self.body)
-        chosen = self.fallback_for(runtime, definition, device)
-        if isinstance(chosen, Runnable):
-            return None, solution_call(chosen, binding)
-        return None, adapt(chosen, False, binding)
 
 
 def apply(

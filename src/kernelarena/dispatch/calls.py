@@ -19,7 +19,7 @@ import torch
 from kernelarena.build import Runnable
 from kernelarena.data import Definition
 from kernelarena.dispatch.signature import Binding, Style, passed_outputs
-from kernelarena.evaluate.inputs import load_reference
+from kernelarena.runtime.verify import reference_of
 
 Call = Callable[..., Any]
 Prepared = tuple[Call, int]
@@ -27,6 +27,15 @@ Prepared = tuple[Call, int]
 
 def returning(call: Call) -> Prepared:
     return (call, -1)
+
+
+def invoke(prepared: Prepared, args: tuple[Any, ...]) -> Any:
+    """Call ``prepared`` on ``args``: its result, or the argument it writes (``into``)."""
+    call, into = prepared
+    if into < 0:
+        return call(*args)
+    call(*args)
+    return args[into]
 
 
 def _assembler(definition: Definition) -> Callable[[Sequence[Any], Sequence[Any]], Any]:
@@ -50,7 +59,7 @@ def _assembler(definition: Definition) -> Callable[[Sequence[Any], Sequence[Any]
     return assemble
 
 
-def _as_tuple(result: Any) -> tuple[Any, ...]:
+def as_tuple(result: Any) -> tuple[Any, ...]:
     return tuple(result) if isinstance(result, tuple | list) else (result,)
 
 
@@ -157,13 +166,13 @@ def _value_solution(
             return fn
 
         def returned(*args: Any) -> Any:
-            values = _as_tuple(fn(*args))
+            values = as_tuple(fn(*args))
             return assemble(args, [values[i] for i in passed])
 
         return returned
 
     def copied(*args: Any) -> Any:
-        values = _as_tuple(fn(*args[:count]))
+        values = as_tuple(fn(*args[:count]))
         for target, i in zip(args[count:], passed, strict=True):
             target.copy_(values[i])
         return assemble(args[:count], args[count:])
@@ -179,7 +188,7 @@ def solution_call(runnable: Runnable, binding: Binding) -> Prepared:
 def reference_solution(definition: Definition) -> Call:
     """The reference as a value-returning solution: it returns every output and, like an in-place
     solution, writes the outputs that alias an input into that input."""
-    run: Call = load_reference(definition)["run"]
+    run: Call = reference_of(definition)
     aliased = [
         (k, list(definition.inputs).index(spec.aliases))
         for k, spec in enumerate(definition.outputs.values())
@@ -189,7 +198,7 @@ def reference_solution(definition: Definition) -> Call:
         return run
 
     def in_place(*inputs: Any) -> Any:
-        values = _as_tuple(run(*inputs))
+        values = as_tuple(run(*inputs))
         for k, i in aliased:
             inputs[i].copy_(values[k])
         return values
