@@ -170,15 +170,20 @@ class CallSite:
         args: tuple[Any, ...],
     ) -> Prepared:
         """The first call of a key: its solutions chosen and tried (``first_use.prepare``), the
-        workload recorded when tracing."""
+        workload recorded when tracing. Inside a CUDA graph capture nothing of that may run: the
+        capture gets what can run there (``first_use.capture_choice``) and the key stays
+        unresolved for the next eager call."""
         from kernelarena.dispatch import first_use
         from kernelarena.dispatch.signature import bind_call
+        from kernelarena.runtime.capture import stream_capturing
 
         binding = bind_call(candidates, args, self.parameters, self.label)
         key = key_of(args)
         with runtime.lock:
             if key in entries:
                 return entries[key]
+            if stream_capturing():
+                return first_use.capture_choice(self, runtime, binding)
             prepared = first_use.prepare(self, runtime, binding, args)
             if runtime.recorder is not None:
                 try:

@@ -3,24 +3,32 @@
 Outside CUDA graph capture, for each ranking apply uses at the key (eager time outside capture and
 GPU time inside, both where they pick differently: ``runtime.rank_by``), the table's choice is
 taken in order, skipping solutions dropped in this process and those that do not build here. A
-solution is tried on copies of the call's own arguments (same sizes, strides and values) before
-it is kept, where it needs one of two things:
+solution is tried on the call's own inputs before it is kept, where it needs one of two things;
+a try writes only tensors of its own: new outputs, and copies (same sizes, strides and values) of
+the inputs it may write (``trial_arguments``):
 
 - a check: a solution kernelarena does not ship (``runtime.needs_check``) is compared with the
-  definition's reference on those inputs. A mismatch, or an exception, drops it for the process
-  (``runtime.drop``: every call site forgets what it prepared, so no key keeps it) and the next of
-  the choice is tried, then the fallback. The caller's tensors are never handed to it untried.
+  definition's reference on those inputs (it gets copies of every input: it must not write where
+  it may not, and could). A mismatch, or an exception, drops it for the process (``runtime.drop``:
+  every call site forgets what it prepared, so no key keeps it) and the next of the choice is
+  tried, then the fallback. The caller's tensors are never handed to it untried.
 - a warm-up: the winner inside graphs, where it is not the eager winner, is called once, so that
   its Triton kernels tune and compile and its buffers are allocated here and not in a capture.
   (The eager winner needs none: the call itself, outside any capture, warms it.)
 
 With ``verify_every``, a checked solution's calls are compared again every that many calls
 outside capture; a mismatch drops it as above and the call returns the next choice's result.
+
+Inside a capture, a key never resolved gets what can run there without building, tuning, loading a
+table or reading results back (``capture_choice``): a solution already tried at this key by another
+call site, else the fallback, with a warning naming the key. Nothing is stored, so the next eager
+call of the key resolves it properly.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +43,7 @@ from kernelarena.dispatch.calls import (
     as_tuple,
     capture_aware,
     invoke,
+    reference_solution,
     returning,
     solution_call,
 )
@@ -243,3 +252,44 @@ def _fallback(first: FirstCall) -> Prepared:
     if isinstance(chosen, Runnable):
         return solution_call(chosen, binding)
     return adapt(chosen, False, binding)
+
+
+def capture_choice(site: CallSite, runtime: ApplyRuntime, binding: Binding) -> Prepared:
+    """For a key first reached inside a CUDA graph capture: a solution already tried at this key
+    (by another call site) in this process, by the graph ranking first; else the fallback (the
+    decorated body; for an operator, its default solution if built already, else the reference).
+    Nothing is built, tuned, read from disk or checked; a warning says so once per key."""
+    definition, device = binding.definition, binding.device
+    key = shape_key(definition, binding.axes, binding.flags)
+    where = f"{definition.name} at { ({**binding.axes, **binding.flags}) }"
+    why = "its first call is inside CUDA graph capture, where no solution may be built, tuned or checked"
+    for rank_by in ("gpu", "eager"):
+        table = runtime.loaded_table(definition, device, rank_by)
+        for name in table.choose(key).solutions if table is not None else ():
+            runnable = runtime.built(name, device)
+            tried = (name, str(device), definition.name, key) in runtime.ready
+            if runnable is not None and tried and name not in runtime.dropped:
+                runtime.warn_once(
+                    f"capture {where}",
+                    f"{site.label}: {where}: {why}; running {name}, tried at this key already",
+                )
+                return solution_call(runnable, binding)
+    prepared, what = _capture_fallback(site, runtime, binding)
+    runtime.warn_once(
+        f"capture {where}",
+        f"{site.label}: {where}: {why}; running {what} in this capture. Call it once outside "
+        "capture first (a warm-up step) to capture the measured winner.",
+    )
+    return prepared
+
+
+def _capture_fallback(
+    site: CallSite, runtime: ApplyRuntime, binding: Binding
+) -> tuple[Prepared, str]:
+    if site.fallback_for is None:
+        return returning(site.body), "the decorated function's body"
+    built = runtime.built_default(binding.definition, binding.device)
+    if built is not None:
+        return solution_call(built, binding), built.solution.name
+    reference: Callable[..., Any] = reference_solution(binding.definition)
+    return adapt(reference, False, binding), "the definition's reference"
