@@ -15,6 +15,7 @@ Results: benchmarks/results/apply_verify_<device>_<date>[_<label>].json.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -108,6 +109,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--label", default="")
+    parser.add_argument("--output", type=Path, help="write here instead of benchmarks/results/")
     parser.add_argument("--no-write", action="store_true")
     arguments = parser.parse_args()
     device = torch.device(arguments.device)
@@ -120,7 +122,9 @@ def main() -> None:
     report = {
         "benchmark": "apply_verify",
         "environment": environment(device),
-        "method": {k: v for k, v in vars(arguments).items() if k not in ("made", "no_write")},
+        "method": {
+            k: v for k, v in vars(arguments).items() if k not in ("made", "no_write", "output")
+        },
         "shape": list(AXPBY),
         "first_call_us": {label: _summary(samples) for label, samples in first.items()},
         "first_call_added_us": statistics.median(first["verify on"])
@@ -128,7 +132,9 @@ def main() -> None:
         "steady_ns": steady(root, device, arguments),
     }
     _print(report)
-    if not arguments.no_write:
+    if arguments.output is not None:
+        arguments.output.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    elif not arguments.no_write:
         print(f"wrote {write_report('apply_verify', report, arguments.label)}")
 
 

@@ -1,10 +1,11 @@
 """``@apply(name)``: calls go to the measured winner for the shape at hand; the body is the fallback.
 
-The hot path (``wrapper`` in ``routed``): one generated lookup over the arguments (the last key's
-guard, else count, device, shapes, dtypes into a dict; ``signature.key_functions``), one call of
-what was prepared on the first call of that key. Everything else (choosing the definition,
-checking the arguments, the table, building the winner, allocating closures, recording the
-workload) happens once per key under a lock.
+The hot path (``wrapper`` in ``routed``): one C++ check of the arguments' tensors against the guard
+that passed last (``signature.Guards``), then one call of what was prepared for that key; where
+the guard fails, the key's own guard or the generated key over the arguments
+(``signature.key_functions``). Everything else (choosing the definition, checking the arguments,
+the table, building and trying the solutions, allocating closures, recording the workload)
+happens once per key under a lock (``first_use.py``).
 
 Turned on and off in ``state.py`` (``enable_apply``, ``KERNELARENA_APPLY=1``). While apply is off,
 a decorated function costs one attribute test beyond the call of its body; with
@@ -81,6 +82,8 @@ class CallSite:
         # Calls with fewer positional arguments than this fill defaults (0: none has one).
         self.arity = len(self.parameters) if _has_defaults(self.signature) else 0
         self.binders: dict[tuple[int, tuple[str, ...]], Binder] = {}
+        self.empty_like: Any = None  # torch's, set when first bound
+        self.contiguous: Any = None
         self.body = call_by_position(fallback, self.signature)
         self.lock = threading.Lock()
         self.reset()
@@ -99,6 +102,8 @@ class CallSite:
     # -- slow path --------------------------------------------------------------------------
 
     def dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from kernelarena.dispatch.calls import invoke
+
         runtime = self.runtime_for()
         if runtime is None:
             self._pass_through(lambda: self.runtime_for() is None)
@@ -117,11 +122,18 @@ class CallSite:
             prepared = entries[key_of(positional)]
         except Exception:
             prepared = self._resolve(runtime, candidates, key_of, entries, store, positional)
-        call, into = prepared
-        if into < 0:
-            return call(*positional)
-        call(*positional)
-        return positional[into]
+        return invoke(prepared, positional)
+
+    def missed(self, args: tuple[Any, ...], kwargs: dict[str, Any], given: tuple[Any, ...]) -> Any:
+        """A call the last guard did not pass (``given``: its arguments made positional): the
+        key's guard (``lookup``), else the slow path."""
+        from kernelarena.dispatch.calls import invoke
+
+        try:
+            prepared = self.lookup(given)
+        except Exception:  # a new key, or arguments that need checking
+            return self.dispatch(args, kwargs)
+        return invoke(prepared, given)
 
     def _pass_through(self, still: Callable[[], bool]) -> None:
         """Call the body directly from now on, unless apply changed meanwhile (then a reset has
@@ -137,6 +149,9 @@ class CallSite:
         with self.lock:
             if self.runtime is runtime:
                 return
+            import torch  # loaded by now: the hot path allocates with it, once bound
+
+            self.empty_like, self.contiguous = torch.empty_like, torch.contiguous_format
             candidates = definitions_named(runtime.trace_set, self.name)
             if not candidates:
                 log.warning("%s: no definition, family or op_type of that name", self.label)
@@ -225,19 +240,16 @@ def routed(site: CallSite) -> Callable[..., Any]:
                 return fallback(*args, **kwargs)
             given = site.positional(args, kwargs) if kwargs or len(args) < arity else args
             count, pick, check, call, into = site.guards.hit
-            if len(given) == count and check(*pick(given)):
-                if into < 0:
+            if len(given) == count and check(*pick(given)):  # calls.invoke(), written out
+                if into == -1:
                     return call(*given)
-                call(*given)
-                return given[into]
-            try:
-                call, into = site.lookup(given)
-            except Exception:  # a new key, or arguments that need checking: the slow path
-                return site.dispatch(args, kwargs)
-            if into < 0:  # invoke(), written out: a frame less
-                return call(*given)
-            call(*given)
-            return given[into]
+                if into >= 0:
+                    call(*given)
+                    return given[into]
+                out = site.empty_like(given[-2 - into], memory_format=site.contiguous)
+                call(*given, out)
+                return out
+            return site.missed(args, kwargs, given)
 
     else:
 
@@ -247,19 +259,16 @@ def routed(site: CallSite) -> Callable[..., Any]:
                 return fallback(*args, **kwargs)
             given = site.positional(args, kwargs) if kwargs else args
             count, pick, check, call, into = site.guards.hit
-            if len(given) == count and check(*pick(given)):
-                if into < 0:
+            if len(given) == count and check(*pick(given)):  # calls.invoke(), written out
+                if into == -1:
                     return call(*given)
-                call(*given)
-                return given[into]
-            try:
-                call, into = site.lookup(given)
-            except Exception:  # a new key, or arguments that need checking: the slow path
-                return site.dispatch(args, kwargs)
-            if into < 0:  # invoke(), written out: a frame less
-                return call(*given)
-            call(*given)
-            return given[into]
+                if into >= 0:
+                    call(*given)
+                    return given[into]
+                out = site.empty_like(given[-2 - into], memory_format=site.contiguous)
+                call(*given, out)
+                return out
+            return site.missed(args, kwargs, given)
 
     wrapper.__kernelarena_site__ = site  # type: ignore[attr-defined]
     return wrapper

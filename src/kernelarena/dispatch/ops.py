@@ -183,6 +183,7 @@ def make_operator(
     custom.register_fake(lambda *args: _single(_fake_outputs(members, args)))
     compiled_op = getattr(getattr(torch.ops, namespace), name)
     is_compiling = torch.compiler.is_compiling
+    empty_like, contiguous = torch.empty_like, torch.contiguous_format
 
     site: CallSite = eager.__kernelarena_site__  # type: ignore[attr-defined]
 
@@ -191,11 +192,15 @@ def make_operator(
             # routed()'s fast path, written out here: a Python frame less on every call.
             if not kwargs and not site.passthrough:
                 count, pick, check, call, into = site.guards.hit
-                if len(args) == count and check(*pick(args)):
-                    if into < 0:
+                if len(args) == count and check(*pick(args)):  # calls.invoke(), written out
+                    if into == -1:
                         return call(*args)
-                    call(*args)
-                    return args[into]
+                    if into >= 0:
+                        call(*args)
+                        return args[into]
+                    out = empty_like(args[-2 - into], memory_format=contiguous)
+                    call(*args, out)
+                    return out
             return eager(*args, **kwargs)
         result = compiled_op(*args, **kwargs)
         if not aliased:
