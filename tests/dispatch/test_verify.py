@@ -117,6 +117,20 @@ def test_a_solution_wrong_at_a_later_shape_leaves_every_key(
     assert "{'rows': 4, 'cols': 8} -> toy_fp32_right" in caplog.text
 
 
+def test_a_solution_that_writes_an_input_it_may_not_is_dropped() -> None:
+    """Right output, but x scaled in place too: the judge's check that inputs stay unchanged."""
+    writes_x = python_solution(
+        "toy_fp32_writes_x",
+        "def run(x, factor, out):\n    out.copy_(x.mul_(1.0) * factor)\n    x.add_(1)\n",
+    )
+    kernelarena.enable_apply(ranked(writes_x, RIGHT), verify=True)
+    x = torch.randn(4, 8)
+    pristine = x.clone()
+    with pytest.warns(ApplyWarning, match="input 'x' was modified"):
+        assert_close(toy(x, 2.0), pristine * 2.0, 0.0, 0.0)
+    assert torch.equal(x, pristine)
+
+
 def test_an_in_place_solution_is_tried_on_copies() -> None:
     """acc += x in place: the wrong solution adds twice; it is tried on a copy of acc, dropped,
     and the caller's acc is written once, by the fallback."""

@@ -48,7 +48,13 @@ from kernelarena.dispatch.calls import (
     solution_call,
 )
 from kernelarena.dispatch.table import Key, RankBy, shape_key
-from kernelarena.runtime.verify import expected_outputs, mismatches, mutated_inputs, same_layout
+from kernelarena.runtime.verify import (
+    changed_input,
+    expected_outputs,
+    mismatches,
+    mutated_inputs,
+    same_layout,
+)
 
 if TYPE_CHECKING:
     from kernelarena.dispatch.apply import CallSite
@@ -80,8 +86,8 @@ class FirstCall:
         return (name, str(self.binding.device), self.binding.definition.name, self.key)
 
     def describe(self) -> str:
-        binding = self.binding
-        return f"{binding.definition.name} at { ({**binding.axes, **binding.flags}) }"
+        values = {**self.binding.axes, **self.binding.flags}
+        return f"{self.binding.definition.name} at {values}"
 
 
 def prepare(
@@ -148,12 +154,7 @@ def _tried(first: FirstCall, runnable: Runnable, prepared: Prepared, warm: bool)
     check = runtime.needs_check(definition, runnable.solution)
     if check or warm:
         try:
-            produced = invoke(prepared, trial_arguments(first.binding, first.args, check))
-            problems = (
-                mismatches(definition, as_tuple(produced), first.reference_outputs())
-                if check
-                else []
-            )
+            problems = _try(first, prepared, check)
         except Exception as error:  # a solution that fails here is not deployed here
             problems = [f"raised {type(error).__name__}: {str(error)[:300]}"]
         if problems and check:
@@ -170,6 +171,19 @@ def _tried(first: FirstCall, runnable: Runnable, prepared: Prepared, warm: bool)
             return False
     runtime.ready.add(slot)
     return True
+
+
+def _try(first: FirstCall, prepared: Prepared, check: bool) -> list[str]:
+    """One call on trial arguments; with ``check``, what differs from the reference and whether
+    it wrote an input it may not (the judge's two checks), as sentences."""
+    definition = first.binding.definition
+    trial = trial_arguments(first.binding, first.args, check)
+    produced = invoke(prepared, trial)
+    if not check:
+        return []
+    problems = mismatches(definition, as_tuple(produced), first.reference_outputs())
+    changed = changed_input(definition, first.args, trial)
+    return [*problems, changed] if changed else problems
 
 
 def trial_arguments(binding: Binding, args: tuple[Any, ...], copy_inputs: bool) -> tuple[Any, ...]:

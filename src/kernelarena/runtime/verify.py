@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kernelarena.data import Definition, Solution
-from kernelarena.evaluate.compare import compare
+from kernelarena.evaluate.compare import compare, first_changed_input
 from kernelarena.evaluate.inputs import load_reference
 
 _REFERENCES: dict[int, tuple[Definition, Callable[..., Any]]] = {}
@@ -93,6 +93,18 @@ def _close_everywhere(got: torch.Tensor, want: Any, atol: float, rtol: float) ->
     if got.dtype in (torch.float16, torch.bfloat16):
         got, want = got.float(), want.float()
     return bool(((got - want).abs() <= atol + rtol * want.abs()).all())
+
+
+def changed_input(definition: Definition, given: Sequence[Any], tried: Sequence[Any]) -> str | None:
+    """The judge's sentence for the first input that no output aliases and that differs between
+    ``given`` (the caller's) and ``tried`` (the copies a solution ran on); None when none does."""
+    written = mutated_inputs(definition)
+    pairs = {
+        name: (given[i], tried[i])
+        for i, name in enumerate(definition.inputs)
+        if i not in written and isinstance(given[i], torch.Tensor) and tried[i] is not given[i]
+    }
+    return first_changed_input(pairs) if pairs else None
 
 
 def mutated_inputs(definition: Definition) -> set[int]:
