@@ -38,6 +38,7 @@ from kernelarena.dispatch.runtime import ApplyWarning
 from kernelarena.dispatch.table import workload_key
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
 from kernelarena.runtime.verify import expected_outputs, mismatches
+from kernelarena.testing import assert_close
 from tests.dispatch.gpu_decode import decode_in_graphs
 
 pytestmark = pytest.mark.gpu
@@ -71,7 +72,7 @@ def arguments(
         torch.device("cuda"),
         seed_for(workload, salt),
         load_reference(definition).get("make_inputs"),
-        trace_set.blob_root(workload),
+        trace_set.blob_roots.get(workload.uuid, trace_set.root),
     )
     return [made[name] for name in definition.inputs]
 
@@ -85,16 +86,17 @@ def workloads_to_sweep(runtime: Any, definition: Definition) -> list[tuple[str, 
     known = list(trace_set.workloads_for(definition.name))
     known += [t.workload for t in trace_set.traces.get(definition.name, [])]
     chosen: dict[tuple[int, ...], Workload] = {}
+    uncovered: list[Workload] = []
     for workload in known:
-        key = workload_key(definition, workload)
-        if key in keys and key not in chosen:
-            chosen[key] = workload
+        try:
+            key = workload_key(definition, workload)
+        except Exception:  # axes that do not resolve: no key to sweep
+            continue
+        if key in keys:
+            chosen.setdefault(key, workload)
+        elif 0 < _volume(definition, workload) < 1 << 24:
+            uncovered.append(workload)
     swept = [(f"table key {key}", workload) for key, workload in sorted(chosen.items())]
-    uncovered = [
-        w
-        for w in trace_set.workloads_for(definition.name)
-        if workload_key(definition, w) not in keys and 0 < _volume(definition, w) < 1 << 24
-    ]
     if uncovered:
         smallest = min(uncovered, key=lambda w: _volume(definition, w))
         swept.append((f"uncovered key {workload_key(definition, smallest)}", smallest))
@@ -102,9 +104,11 @@ def workloads_to_sweep(runtime: Any, definition: Definition) -> list[tuple[str, 
 
 
 def _volume(definition: Definition, workload: Workload) -> int:
+    """The product of the free axes' values (flags left out): 0 for an empty batch."""
+    axes = definition.resolve_axes(workload.axes)
     volume = 1
-    for value in workload_key(definition, workload):
-        volume *= max(int(value), 0)
+    for name in definition.free_axes:
+        volume *= max(int(axes[name]), 0)
     return volume
 
 
@@ -153,6 +157,7 @@ def test_every_operator_at_every_table_key_is_captured_and_replayed(tmp_path: Pa
                     problems = [f"{type(error).__name__}: {str(error)[:400]}"]
                 if problems:
                     failures.append(f"{name} {label}: {'; '.join(problems)}")
+                torch.cuda.empty_cache()  # the largest keys hold tens of GB each
     print(
         f"\n{swept} captures in {time.perf_counter() - began:.0f} s on {torch.cuda.get_device_name()}"
     )
@@ -245,5 +250,7 @@ def test_a_decode_loop_in_cuda_graphs_gives_the_same_tokens_with_apply_on_and_of
         f"{off.ms_per_step:.3f} ms, apply on {on.ms_per_step:.3f} ms"
     )
     assert on.tokens == off.tokens
-    scale = off.hidden.float().abs().mean()
-    assert (on.hidden.float() - off.hidden.float()).abs().max() <= 0.05 * scale
+    # Other kernels round differently: the residual stream is bfloat16 (2^-8 relative a rounding)
+    # and takes four adds per step; 2e-2 allows five roundings at any element.
+    scale = off.hidden.float().abs().mean().item()
+    assert_close(on.hidden.float(), off.hidden.float(), 2e-2 * scale, 2e-2)
