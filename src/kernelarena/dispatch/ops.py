@@ -169,19 +169,9 @@ def make_operator(
     label = f"{namespace}.ops.{name}" if namespace == "kernelarena" else f"{namespace}::{name}"
     eager = routed(CallSite(names, unreachable, _default_fallback, runtime_for, label))
 
-    skipped = {k for k, _ in aliased}
-
-    def implementation(*args: Any) -> Any:
-        values = eager(*args)
-        values = values if isinstance(values, tuple) else (values,)
-        return _single([v for k, v in enumerate(values) if k not in skipped])
-
-    mutated = [inputs[i] for _, i in aliased]
-    custom = torch.library.custom_op(
-        f"{namespace}::{name}", implementation, mutates_args=mutated, schema=schema(first)
-    )
-    custom.register_fake(lambda *args: _single(_fake_outputs(members, args)))
+    custom = _custom_op(f"{namespace}::{name}", members, eager, aliased)
     compiled_op = getattr(getattr(torch.ops, namespace), name)
+    signature = inspect.Signature(parameters)
     is_compiling = torch.compiler.is_compiling
     empty_like, contiguous = torch.empty_like, torch.contiguous_format
 
@@ -205,22 +195,53 @@ def make_operator(
         result = compiled_op(*args, **kwargs)
         if not aliased:
             return result
-        bound = inspect.Signature(parameters).bind(*args, **kwargs).arguments
-        if result is None:
-            produced: list[Any] = []
-        else:
-            produced = list(result) if isinstance(result, tuple | list) else [result]
-        for k, i in aliased:
-            produced.insert(k, bound[inputs[i]])
-        return produced[0] if len(produced) == 1 else tuple(produced)
+        bound = signature.bind(*args, **kwargs).arguments
+        return _with_aliased(result, [bound[inputs[i]] for _, i in aliased], aliased)
 
-    operator.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    operator.__signature__ = signature  # type: ignore[attr-defined]
     operator.__qualname__ = operator.__name__ = name
     operator.__doc__ = f"{first.description or name}\n\nDefinitions: {', '.join(names)}."
     operator.custom_op = custom  # type: ignore[attr-defined]
     operator.__kernelarena_site__ = site  # type: ignore[attr-defined]
     operator.definitions = names  # type: ignore[attr-defined]
     return operator
+
+
+def _custom_op(
+    qualified: str,
+    members: Sequence[Definition],
+    eager: Callable[..., Any],
+    aliased: list[tuple[int, int]],
+) -> Any:
+    """The custom op ``namespace::name`` over ``eager``, with its fake. Custom ops may not return
+    their inputs: the outputs that alias one are left out (the schema marks those inputs as
+    mutated)."""
+    inputs = list(members[0].inputs)
+    skipped = {k for k, _ in aliased}
+
+    def implementation(*args: Any) -> Any:
+        values = eager(*args)
+        values = values if isinstance(values, tuple) else (values,)
+        return _single([v for k, v in enumerate(values) if k not in skipped])
+
+    mutated = [inputs[i] for _, i in aliased]
+    custom = torch.library.custom_op(
+        qualified, implementation, mutates_args=mutated, schema=schema(members[0])
+    )
+    custom.register_fake(lambda *args: _single(_fake_outputs(members, args)))
+    return custom
+
+
+def _with_aliased(result: Any, written: list[Any], aliased: list[tuple[int, int]]) -> Any:
+    """The custom op's ``result`` with the inputs it wrote (``written``, one per aliased output)
+    put back in their outputs' places: what the plain function returns."""
+    if result is None:
+        produced: list[Any] = []
+    else:
+        produced = list(result) if isinstance(result, tuple | list) else [result]
+    for (k, _), value in zip(aliased, written, strict=True):
+        produced.insert(k, value)
+    return produced[0] if len(produced) == 1 else tuple(produced)
 
 
 def _single(outputs: list[torch.Tensor]) -> Any:
