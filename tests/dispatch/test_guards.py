@@ -5,6 +5,9 @@ for (same dtypes, sizes and strides), and any other call falls back to reading t
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import pytest
 import torch
 
@@ -62,3 +65,54 @@ def test_a_guard_keeps_no_tensor_alive() -> None:
     del x
     gc.collect()
     assert alive() is None and not check(torch.randn(999))
+
+
+@kernelarena.apply("toy")
+def toy_default(x: torch.Tensor, factor: float = 2.0) -> torch.Tensor:
+    return torch.full_like(x, -1)
+
+
+def _guard_passes(site: Any, args: tuple[Any, ...]) -> bool:
+    count, pick, check, _, _ = site.guards.hit
+    return len(args) == count and bool(check(*pick(args)))
+
+
+def test_calls_inside_inference_mode_get_a_guard_of_their_own() -> None:
+    """A guard made outside inference mode never passes inside it (the dispatch keys differ):
+    the key's second miss in a row makes one that does, so the key is read no more."""
+    kernelarena.enable_apply(measured())
+    small = torch.randn(4, 8)
+    assert toy(small, 2.0).eq(2).all()
+    site = toy.__kernelarena_site__  # type: ignore[attr-defined]
+    with torch.inference_mode():
+        for _ in range(3):
+            assert toy(small, 2.0).eq(2).all()
+        assert _guard_passes(site, (small, 2.0))
+    assert toy(torch.randn(64, 8), 2.0).eq(1).all()
+    assert toy(small, 2.0).eq(2).all()
+    assert len(site.entries) == 2
+
+
+def test_keyword_and_default_calls_bind_once_per_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Signature.bind`` runs once per form of call (keywords given, defaults left out), after
+    which such a call is a tuple built by compiled code and the guard."""
+    kernelarena.enable_apply(measured())
+    binds: list[tuple[int, tuple[str, ...]]] = []
+    real_bind = inspect.Signature.bind
+    site = toy_default.__kernelarena_site__  # type: ignore[attr-defined]
+
+    def counted(self: inspect.Signature, *args: Any, **kwargs: Any) -> Any:
+        if self is site.signature:  # not the builds' checks of solutions' signatures
+            binds.append((len(args), tuple(kwargs)))
+        return real_bind(self, *args, **kwargs)
+
+    monkeypatch.setattr(inspect.Signature, "bind", counted)
+    small, large = torch.randn(4, 8), torch.randn(64, 8)
+    for _ in range(4):
+        assert toy_default(small).eq(2).all()
+        assert toy_default(large, factor=3.0).eq(1).all()
+        assert toy_default(x=small).eq(2).all()
+        assert toy_default(small, 2.0).eq(2).all()
+    assert binds == [(1, ()), (1, ("factor",)), (0, ("x",))]  # the positional call: none
+    with pytest.raises(TypeError, match=r"toy_default \(apply 'toy'\): got an unexpected"):
+        toy_default(small, scale=2.0)

@@ -1,10 +1,11 @@
 """``@apply(name)``: calls go to the measured winner for the shape at hand; the body is the fallback.
 
-The hot path (``wrapper`` in ``routed``): one generated lookup over the arguments (the last key's
-guard, else count, device, shapes, dtypes into a dict; ``signature.key_functions``), one call of
-what was prepared on the first call of that key. Everything else (choosing the definition,
-checking the arguments, the table, building the winner, allocating closures, recording the
-workload) happens once per key under a lock.
+The hot path (``wrapper`` in ``routed``): one C++ check of the arguments' tensors against the guard
+that passed last (``signature.Guards``), then one call of what was prepared for that key; where
+the guard fails, the key's own guard or the generated key over the arguments
+(``signature.key_functions``). Everything else (choosing the definition, checking the arguments,
+the table, building and trying the solutions, allocating closures, recording the workload)
+happens once per key under a lock (``first_use.py``).
 
 Turned on and off in ``state.py`` (``enable_apply``, ``KERNELARENA_APPLY=1``). While apply is off,
 a decorated function costs one attribute test beyond the call of its body; with
@@ -22,9 +23,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernelarena.dispatch.parameters import (
+    Binder,
+    binder,
     call_by_position,
     parameter_names,
-    positional_arguments,
     signature_of,
 )
 from kernelarena.dispatch.state import current_runtime, disable_apply, enable_apply, register
@@ -33,8 +35,7 @@ if TYPE_CHECKING:
     from kernelarena.data import Definition
     from kernelarena.dispatch.calls import Prepared
     from kernelarena.dispatch.runtime import ApplyRuntime
-    from kernelarena.dispatch.signature import Binding
-    from kernelarena.dispatch.table import RankBy
+    from kernelarena.dispatch.signature import Guards
 
 log = logging.getLogger("kernelarena.dispatch")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,12 +54,10 @@ def _store_nowhere(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Prepar
     raise LookupError("not bound to a runtime yet")
 
 
-def invoke(prepared: Prepared, args: tuple[Any, ...]) -> Any:
-    call, into = prepared
-    if into < 0:
-        return call(*args)
-    call(*args)
-    return args[into]
+class _Unguarded:
+    """The guards of a site not bound to a runtime: none ever passes (an argument count of -1)."""
+
+    hit: tuple[int, Any, Any, Any, int] = (-1, None, None, None, -1)
 
 
 class CallSite:
@@ -80,6 +79,11 @@ class CallSite:
         self.label = label or f"{qualname} (apply {name!r})"
         self.signature = signature_of(fallback)
         self.parameters = parameter_names(self.signature)
+        # Calls with fewer positional arguments than this fill defaults (0: none has one).
+        self.arity = len(self.parameters) if _has_defaults(self.signature) else 0
+        self.binders: dict[tuple[int, tuple[str, ...]], Binder] = {}
+        self.empty_like: Any = None  # torch's, set when first bound
+        self.contiguous: Any = None
         self.body = call_by_position(fallback, self.signature)
         self.lock = threading.Lock()
         self.reset()
@@ -92,11 +96,14 @@ class CallSite:
         self.key_of: Callable[[tuple[Any, ...]], tuple[Any, ...]] = _unbound
         self.lookup: Callable[[tuple[Any, ...]], Prepared] = _unbound
         self.store: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None] = _store_nowhere
+        self.guards: Guards | _Unguarded = _Unguarded()
         self.entries: dict[tuple[Any, ...], Prepared] = {}
 
     # -- slow path --------------------------------------------------------------------------
 
     def dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from kernelarena.dispatch.calls import invoke
+
         runtime = self.runtime_for()
         if runtime is None:
             self._pass_through(lambda: self.runtime_for() is None)
@@ -109,12 +116,24 @@ class CallSite:
         if not candidates:  # nothing to dispatch to in this runtime: the body, at no cost
             self._pass_through(lambda: self.runtime is runtime)
             return self.fallback(*args, **kwargs)
-        positional = self._positional(args, kwargs)
+        short = len(args) < len(self.parameters)
+        positional = self.positional(args, kwargs) if kwargs or short else args
         try:
             prepared = entries[key_of(positional)]
         except Exception:
             prepared = self._resolve(runtime, candidates, key_of, entries, store, positional)
         return invoke(prepared, positional)
+
+    def missed(self, args: tuple[Any, ...], kwargs: dict[str, Any], given: tuple[Any, ...]) -> Any:
+        """A call the last guard did not pass (``given``: its arguments made positional): the
+        key's guard (``lookup``), else the slow path."""
+        from kernelarena.dispatch.calls import invoke
+
+        try:
+            prepared = self.lookup(given)
+        except Exception:  # a new key, or arguments that need checking
+            return self.dispatch(args, kwargs)
+        return invoke(prepared, given)
 
     def _pass_through(self, still: Callable[[], bool]) -> None:
         """Call the body directly from now on, unless apply changed meanwhile (then a reset has
@@ -130,20 +149,31 @@ class CallSite:
         with self.lock:
             if self.runtime is runtime:
                 return
+            import torch  # loaded by now: the hot path allocates with it, once bound
+
+            self.empty_like, self.contiguous = torch.empty_like, torch.contiguous_format
             candidates = definitions_named(runtime.trace_set, self.name)
             if not candidates:
                 log.warning("%s: no definition, family or op_type of that name", self.label)
             entries: dict[tuple[Any, ...], Prepared] = {}
             self.candidates, self.entries = candidates, entries
             self.key_of, self.lookup, self.store = _unbound, _unbound, _store_nowhere
+            self.guards = _Unguarded()
             if candidates:
-                self.key_of, self.lookup, self.store = key_functions(
+                self.key_of, self.lookup, self.store, self.guards = key_functions(
                     candidates, runtime.tracing, entries
                 )
             self.runtime = runtime
 
-    def _positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        return positional_arguments(self.signature, self.parameters, args, kwargs, self.label)
+    def positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Keywords and defaults as positions, by a binder compiled once per form of call."""
+        form = (len(args), tuple(kwargs))
+        bind = self.binders.get(form)
+        if bind is None:
+            bind = self.binders[form] = binder(
+                self.signature, self.parameters, form[0], form[1], self.label
+            )
+        return bind(args, kwargs)
 
     def _resolve(
         self,
@@ -154,14 +184,22 @@ class CallSite:
         store: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None],
         args: tuple[Any, ...],
     ) -> Prepared:
+        """The first call of a key: its solutions chosen and tried (``first_use.prepare``), the
+        workload recorded when tracing. Inside a CUDA graph capture nothing of that may run: the
+        capture gets what can run there (``first_use.capture_choice``) and the key stays
+        unresolved for the next eager call."""
+        from kernelarena.dispatch import first_use
         from kernelarena.dispatch.signature import bind_call
+        from kernelarena.runtime.capture import stream_capturing
 
         binding = bind_call(candidates, args, self.parameters, self.label)
         key = key_of(args)
         with runtime.lock:
             if key in entries:
                 return entries[key]
-            prepared = self._prepare(runtime, binding)
+            if stream_capturing():
+                return first_use.capture_choice(self, runtime, binding)
+            prepared = first_use.prepare(self, runtime, binding, args)
             if runtime.recorder is not None:
                 try:
                     runtime.recorder.record(binding.definition, binding.axes, args)
@@ -169,57 +207,6 @@ class CallSite:
                     log.warning("%s: workload not recorded: %s", self.label, error)
             store(key, args, prepared)  # into dicts a reset meanwhile has simply dropped
         return prepared
-
-    def _prepare(self, runtime: ApplyRuntime, binding: Binding) -> Prepared:
-        """The callable for a key. Ranked by eager per-call time, except inside CUDA graph
-        capture (or with ``rank_by="gpu"``), where GPU time is what a call costs: where the two
-        rankings pick different solutions, both are prepared and each call asks which applies."""
-        from kernelarena.dispatch.calls import capture_aware, capture_check
-
-        mode = runtime.rank_by
-        chosen, prepared = self._prepare_ranked(
-            runtime, binding, "gpu" if mode == "gpu" else "eager"
-        )
-        capturing = capture_check(binding.device) if mode == "auto" else None
-        if capturing is None:
-            return prepared
-        chosen_in_graph, in_graph = self._prepare_ranked(runtime, binding, "gpu")
-        if chosen_in_graph == chosen:
-            return prepared
-        return capture_aware(prepared, in_graph, capturing)
-
-    def _prepare_ranked(
-        self, runtime: ApplyRuntime, binding: Binding, rank_by: RankBy
-    ) -> tuple[str | None, Prepared]:
-        """The first solution of the table's choice that builds here, with its callable; else
-        (None, the fallback)."""
-        from kernelarena.build import Runnable
-        from kernelarena.dispatch.calls import adapt, returning, solution_call
-        from kernelarena.dispatch.table import shape_key
-
-        definition, device = binding.definition, binding.device
-        table = runtime.table(definition, device, rank_by)
-        choice = table.choose(shape_key(definition, binding.axes, binding.flags))
-        for name in choice.solutions:
-            runnable = runtime.runnable(definition, name, device)
-            if runnable is not None:
-                log.debug(
-                    "%s: %s at %s -> %s (%s, by %s time%s)",
-                    self.label,
-                    definition.name,
-                    {**binding.axes, **binding.flags},
-                    name,
-                    choice.reason,
-                    rank_by,
-                    f", borrowed from {table.borrowed_from}" if table.borrowed_from else "",
-                )
-                return name, solution_call(runnable, binding)
-        if self.fallback_for is None:
-            return None, returning(self.body)
-        chosen = self.fallback_for(runtime, definition, device)
-        if isinstance(chosen, Runnable):
-            return None, solution_call(chosen, binding)
-        return None, adapt(chosen, False, binding)
 
 
 def apply(
@@ -238,25 +225,56 @@ def apply(
 
 
 def routed(site: CallSite) -> Callable[..., Any]:
-    """The function that stands for ``site``: the hot path, written out for speed."""
+    """The function that stands for ``site``: the hot path, written out for speed. Keyword calls,
+    and where the function has defaults calls that leave some out, are made positional first
+    (``CallSite.positional``: a tuple built by code compiled for that form of call)."""
     register(site)
     fallback = site.fallback
+    arity = site.arity
 
-    @functools.wraps(fallback)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if site.passthrough:
-            return fallback(*args, **kwargs)
-        if not kwargs:
-            try:
-                call, into = site.lookup(args)
-            except Exception:  # a new key, or arguments that need checking: the slow path
-                pass
-            else:  # invoke(), written out: a frame less
-                if into < 0:
-                    return call(*args)
-                call(*args)
-                return args[into]
-        return site.dispatch(args, kwargs)
+    if arity:
+
+        @functools.wraps(fallback)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if site.passthrough:
+                return fallback(*args, **kwargs)
+            given = site.positional(args, kwargs) if kwargs or len(args) < arity else args
+            count, pick, check, call, into = site.guards.hit
+            if len(given) == count and check(*pick(given)):  # calls.invoke(), written out
+                if into == -1:
+                    return call(*given)
+                if into >= 0:
+                    call(*given)
+                    return given[into]
+                out = site.empty_like(given[-2 - into], memory_format=site.contiguous)
+                call(*given, out)
+                return out
+            return site.missed(args, kwargs, given)
+
+    else:
+
+        @functools.wraps(fallback)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if site.passthrough:
+                return fallback(*args, **kwargs)
+            given = site.positional(args, kwargs) if kwargs else args
+            count, pick, check, call, into = site.guards.hit
+            if len(given) == count and check(*pick(given)):  # calls.invoke(), written out
+                if into == -1:
+                    return call(*given)
+                if into >= 0:
+                    call(*given)
+                    return given[into]
+                out = site.empty_like(given[-2 - into], memory_format=site.contiguous)
+                call(*given, out)
+                return out
+            return site.missed(args, kwargs, given)
 
     wrapper.__kernelarena_site__ = site  # type: ignore[attr-defined]
     return wrapper
+
+
+def _has_defaults(signature: Any) -> bool:
+    return signature is not None and any(
+        p.default is not p.empty for p in signature.parameters.values()
+    )

@@ -169,6 +169,54 @@ def make_operator(
     label = f"{namespace}.ops.{name}" if namespace == "kernelarena" else f"{namespace}::{name}"
     eager = routed(CallSite(names, unreachable, _default_fallback, runtime_for, label))
 
+    custom = _custom_op(f"{namespace}::{name}", members, eager, aliased)
+    compiled_op = getattr(getattr(torch.ops, namespace), name)
+    signature = inspect.Signature(parameters)
+    is_compiling = torch.compiler.is_compiling
+    empty_like, contiguous = torch.empty_like, torch.contiguous_format
+
+    site: CallSite = eager.__kernelarena_site__  # type: ignore[attr-defined]
+
+    def operator(*args: Any, **kwargs: Any) -> Any:
+        if not is_compiling():
+            # routed()'s fast path, written out here: a Python frame less on every call.
+            if not kwargs and not site.passthrough:
+                count, pick, check, call, into = site.guards.hit
+                if len(args) == count and check(*pick(args)):  # calls.invoke(), written out
+                    if into == -1:
+                        return call(*args)
+                    if into >= 0:
+                        call(*args)
+                        return args[into]
+                    out = empty_like(args[-2 - into], memory_format=contiguous)
+                    call(*args, out)
+                    return out
+            return eager(*args, **kwargs)
+        result = compiled_op(*args, **kwargs)
+        if not aliased:
+            return result
+        bound = signature.bind(*args, **kwargs).arguments
+        return _with_aliased(result, [bound[inputs[i]] for _, i in aliased], aliased)
+
+    operator.__signature__ = signature  # type: ignore[attr-defined]
+    operator.__qualname__ = operator.__name__ = name
+    operator.__doc__ = f"{first.description or name}\n\nDefinitions: {', '.join(names)}."
+    operator.custom_op = custom  # type: ignore[attr-defined]
+    operator.__kernelarena_site__ = site  # type: ignore[attr-defined]
+    operator.definitions = names  # type: ignore[attr-defined]
+    return operator
+
+
+def _custom_op(
+    qualified: str,
+    members: Sequence[Definition],
+    eager: Callable[..., Any],
+    aliased: list[tuple[int, int]],
+) -> Any:
+    """The custom op ``namespace::name`` over ``eager``, with its fake. Custom ops may not return
+    their inputs: the outputs that alias one are left out (the schema marks those inputs as
+    mutated)."""
+    inputs = list(members[0].inputs)
     skipped = {k for k, _ in aliased}
 
     def implementation(*args: Any) -> Any:
@@ -178,47 +226,22 @@ def make_operator(
 
     mutated = [inputs[i] for _, i in aliased]
     custom = torch.library.custom_op(
-        f"{namespace}::{name}", implementation, mutates_args=mutated, schema=schema(first)
+        qualified, implementation, mutates_args=mutated, schema=schema(members[0])
     )
     custom.register_fake(lambda *args: _single(_fake_outputs(members, args)))
-    compiled_op = getattr(getattr(torch.ops, namespace), name)
-    is_compiling = torch.compiler.is_compiling
+    return custom
 
-    site: CallSite = eager.__kernelarena_site__  # type: ignore[attr-defined]
 
-    def operator(*args: Any, **kwargs: Any) -> Any:
-        if not is_compiling():
-            # routed()'s fast path, written out here: a Python frame less on every call.
-            if not kwargs and not site.passthrough:
-                try:
-                    call, into = site.lookup(args)
-                except Exception:  # a new key, or arguments that need checking
-                    pass
-                else:
-                    if into < 0:
-                        return call(*args)
-                    call(*args)
-                    return args[into]
-            return eager(*args, **kwargs)
-        result = compiled_op(*args, **kwargs)
-        if not aliased:
-            return result
-        bound = inspect.Signature(parameters).bind(*args, **kwargs).arguments
-        if result is None:
-            produced: list[Any] = []
-        else:
-            produced = list(result) if isinstance(result, tuple | list) else [result]
-        for k, i in aliased:
-            produced.insert(k, bound[inputs[i]])
-        return produced[0] if len(produced) == 1 else tuple(produced)
-
-    operator.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    operator.__qualname__ = operator.__name__ = name
-    operator.__doc__ = f"{first.description or name}\n\nDefinitions: {', '.join(names)}."
-    operator.custom_op = custom  # type: ignore[attr-defined]
-    operator.__kernelarena_site__ = site  # type: ignore[attr-defined]
-    operator.definitions = names  # type: ignore[attr-defined]
-    return operator
+def _with_aliased(result: Any, written: list[Any], aliased: list[tuple[int, int]]) -> Any:
+    """The custom op's ``result`` with the inputs it wrote (``written``, one per aliased output)
+    put back in their outputs' places: what the plain function returns."""
+    if result is None:
+        produced: list[Any] = []
+    else:
+        produced = list(result) if isinstance(result, tuple | list) else [result]
+    for (k, _), value in zip(aliased, written, strict=True):
+        produced.insert(k, value)
+    return produced[0] if len(produced) == 1 else tuple(produced)
 
 
 def _single(outputs: list[torch.Tensor]) -> Any:

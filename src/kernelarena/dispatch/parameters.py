@@ -73,3 +73,45 @@ def positional_arguments(
     while names and names[-1] not in given and bound.arguments[names[-1]] is None:
         names.pop()
     return tuple(bound.arguments[n] for n in names)
+
+
+Binder = Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...]]
+
+
+def binder(
+    signature: inspect.Signature | None,
+    parameters: list[str],
+    count: int,
+    names: tuple[str, ...],
+    label: str,
+) -> Binder:
+    """``positional_arguments`` for calls of ``count`` positional arguments and the keywords
+    ``names``, compiled once: ``(args, kwargs) -> positions``, a tuple built by straight-line
+    code. ``Signature.bind`` costs microseconds a call; this, a tuple. Raises what
+    ``positional_arguments`` raises for a call of that form."""
+    given = tuple(_Marker(i) for i in range(count))
+    named = {name: _Marker(name) for name in names}
+    bound = positional_arguments(signature, parameters, given, named, label)
+    parts, constants = [], []
+    for value in bound:
+        if isinstance(value, _Marker) and isinstance(value.source, int):
+            parts.append(f"a[{value.source}]")
+        elif isinstance(value, _Marker):
+            parts.append(f"k[{value.source!r}]")
+        else:  # a default: the same object every call, as a function's own defaults are
+            constants.append(value)
+            parts.append(f"c[{len(constants) - 1}]")
+    namespace: dict[str, Any] = {"c": constants}
+    code = f"def bind(a, k):\n    return ({', '.join(parts)}{',' if parts else ''})\n"
+    exec(compile(code, f"<kernelarena apply binder {label}>", "exec"), namespace)
+    bind: Binder = namespace["bind"]
+    return bind
+
+
+class _Marker:
+    """Stands for an argument while a call form is bound once: its position or keyword."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: int | str) -> None:
+        self.source = source

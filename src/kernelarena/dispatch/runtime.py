@@ -1,7 +1,10 @@
 """ApplyRuntime: what apply needs while a program runs: the dataset, a table per (definition,
 hardware, ranking figure), built solutions per (solution, device), and the workload recorder when
 tracing. ``rank_by``: ``auto`` (eager per-call time outside CUDA graph capture, GPU time inside),
-``eager`` or ``gpu`` (always that figure).
+``eager`` or ``gpu`` (always that figure). With ``verify`` (the default), a solution kernelarena
+does not ship is compared with the reference on its first call at each key, and dropped for the
+process on a mismatch (``first_use.py``); ``ready`` holds the (solution, device, definition, key)
+slots tried so far, which a CUDA graph capture may call.
 
 Everything here is reached only on the slow path (the first call of a key), under one lock, so
 tables and builds happen once per process however many threads call at the same time.
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -44,6 +48,12 @@ def definitions_named(trace_set: TraceSet, name: str | Sequence[str]) -> list[De
 
 
 RankingMode = Literal["auto", "eager", "gpu"]
+Slot = tuple[str, str, str, tuple[int, ...]]  # (solution, device, definition, shape key)
+
+
+class ApplyWarning(RuntimeWarning):
+    """Apply ran something other than the measured winner: a solution dropped after a wrong
+    result, or a key first reached inside CUDA graph capture."""
 
 
 def device_kind(device: torch.device) -> str:
@@ -73,12 +83,20 @@ class ApplyRuntime:
         *,
         use_cache: bool = True,
         rank_by: str | None = None,
+        verify: bool | None = None,
+        verify_every: int | None = None,
     ) -> None:
         self.trace_set = trace_set
         self.recorder = recorder
         self.use_cache = use_cache
         self.rank_by = ranking_mode(rank_by)
+        self.verify = verify if verify is not None else _environment_flag("KERNELARENA_VERIFY")
+        self.verify_every = _every(verify_every)
         self.lock = threading.RLock()
+        self.dropped: dict[str, str] = {}  # solution -> why, for the rest of the process
+        self.ready: set[Slot] = set()
+        self._warned: set[str] = set()
+        self._shipped: dict[str, bool] = {}
         self._profiles: dict[torch.device, HardwareProfile] = {}
         self._tables: dict[tuple[str, str, RankBy], ApplyTable] = {}
         self._runnables: dict[tuple[str, str], Runnable | None] = {}
@@ -112,6 +130,49 @@ class ApplyRuntime:
             )
         return self._tables[slot]
 
+    def loaded_table(
+        self, definition: Definition, device: torch.device, rank_by: RankBy
+    ) -> ApplyTable | None:
+        """The table if this process has it already (nothing read, nothing built), else None."""
+        profile = self._profiles.get(device)
+        return (
+            None if profile is None else self._tables.get((definition.name, profile.name, rank_by))
+        )
+
+    def built(self, name: str, device: torch.device) -> Runnable | None:
+        """The solution if this process has built it already (nothing built now), else None."""
+        return self._runnables.get((name, str(device)))
+
+    def needs_check(self, definition: Definition, solution: Solution) -> bool:
+        """Whether ``solution``'s first call at each key is compared with the reference: with
+        verify on, for every solution kernelarena does not ship (``runtime.verify.shipped``)."""
+        if not self.verify:
+            return False
+        if solution.name not in self._shipped:
+            from kernelarena.runtime.verify import shipped
+
+            self._shipped[solution.name] = shipped(definition, solution)
+        return not self._shipped[solution.name]
+
+    def drop(self, name: str, why: str) -> None:
+        """Never run ``name`` again in this process; every call site forgets what it prepared,
+        so no key keeps it."""
+        from kernelarena.dispatch.state import forget_prepared
+
+        with self.lock:
+            if name in self.dropped:
+                return
+            self.dropped[name] = why
+        self.warn_once(name, f"apply: {name} is dropped for this process: {why}")
+        forget_prepared()
+
+    def warn_once(self, topic: str, message: str) -> None:
+        if topic in self._warned:
+            return
+        self._warned.add(topic)
+        log.info("%s", message)
+        warnings.warn(message, ApplyWarning, stacklevel=3)
+
     def runnable(self, definition: Definition, name: str, device: torch.device) -> Runnable | None:
         """The built solution ``name``, or None (logged once) when it cannot run here."""
         slot = (name, str(device))
@@ -141,6 +202,15 @@ class ApplyRuntime:
                 return runnable
         return reference_solution(definition)
 
+    def built_default(self, definition: Definition, device: torch.device) -> Runnable | None:
+        """``default_solution`` where that solution is built already, else None: nothing is
+        built (inside a CUDA graph capture nothing may be)."""
+        for solution in self._python_solutions(definition, device):
+            runnable = self.built(solution.name, device)
+            if runnable is not None:
+                return runnable
+        return None
+
     def _python_solutions(self, definition: Definition, device: torch.device) -> list[Solution]:
         kind = device_kind(device)
         return sorted(
@@ -151,3 +221,16 @@ class ApplyRuntime:
             ),
             key=lambda s: len(s.spec.dependencies) > 0,  # stable: library order otherwise
         )
+
+
+def _environment_flag(name: str) -> bool:
+    """On unless the variable says 0, false, no or off."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _every(given: int | None) -> int:
+    """``verify_every`` as given, else ``$KERNELARENA_VERIFY_EVERY``, else 0 (no re-checks)."""
+    value = given if given is not None else int(os.environ.get("KERNELARENA_VERIFY_EVERY") or 0)
+    if value < 0:
+        raise ValueError(f"verify_every (or $KERNELARENA_VERIFY_EVERY): {value} is negative")
+    return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal
 
 import torch
@@ -219,12 +220,18 @@ def _never(*tensors: Any) -> bool:
     return False
 
 
+# Guards kept per key: one per layout (strides) and dispatch state (inference mode, no_grad inside a
+# custom op) a key's calls arrive with. Past this many, such calls read the key every time.
+MAX_GUARDS_PER_KEY = 4
+
+
 def key_functions(
     candidates: Sequence[Definition], include_scalars: bool, entries: dict[Any, Any]
 ) -> tuple[
     Callable[[tuple[Any, ...]], tuple[Any, ...]],
     Callable[[tuple[Any, ...]], Any],
     Callable[[tuple[Any, ...], tuple[Any, ...], Any], None],
+    Guards,
 ]:
     """``key_of(args)``: the argument count, the first tensor's device, every tensor's shape and
     dtype, every boolean scalar's value (it selects what the call computes: part of the table's
@@ -233,11 +240,51 @@ def key_functions(
     seen before needs no checking. Generated as straight-line code: on the hot path a loop over
     argument descriptions would cost more than the whole budget of a microsecond.
 
-    Where every argument of a count is a tensor or a scalar outside the key, ``lookup`` first asks
-    the guard of the key it last returned for that count (``tensor_guard``: one C++ call, stricter
-    than the key, so a pass means the same key) and reads the key only when it fails.
-    ``store(key, args, prepared)`` records a resolved key's prepared call in ``entries`` and,
-    where a guard decides, the guard made from ``args``."""
+    Where every argument of a count is a tensor or a scalar outside the key, a guard decides
+    (``tensor_guard``: one C++ call, stricter than the key, so a pass means the same key): the
+    caller asks ``guards.hit`` first, the guard that passed last, and calls ``lookup`` only when
+    it fails; ``lookup`` then reads the key and makes that key's guard the one asked first
+    (``Guards.miss``). ``store(key, args, prepared)`` records a resolved key's prepared call in
+    ``entries`` and, where a guard decides, the guard made from ``args``."""
+    branches, guarded = _branches(candidates, include_scalars)
+    guards = Guards(guarded)
+    namespace: dict[str, Any] = {
+        "_describe": _describe,
+        "_device_of": _device_of,
+        "entries": entries,
+        "miss": guards.miss,
+    }
+    for name in ("key_of", "lookup"):
+        lines = [f"def {name}(a):", "    n = len(a)"]
+        for count, body, parts in branches:
+            lines.append(f"    if n == {count}:")
+            lines += [f"        {line}" for line in body]
+            key = f"({', '.join(parts)},)"
+            if name == "key_of":
+                lines.append(f"        return {key}")
+            elif count in guarded:
+                checked = ", ".join(f"x{i}" for i in guarded[count])
+                lines.append(f"        return miss({count}, {key}, ({checked},))")
+            else:
+                lines.append(f"        return entries[{key}]")
+        lines.append("    raise IndexError(n)")
+        exec(compile("\n".join(lines), f"<kernelarena apply {name}>", "exec"), namespace)
+
+    def store(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Any) -> None:
+        positions = guarded.get(len(args))
+        if positions is not None:  # the guard first: a lookup may read it once the entry is in
+            guards.add(len(args), key, [args[i] for i in positions], prepared)
+        entries[key] = prepared
+
+    return namespace["key_of"], namespace["lookup"], store, guards
+
+
+def _branches(
+    candidates: Sequence[Definition], include_scalars: bool
+) -> tuple[list[tuple[int, list[str], list[str]]], dict[int, list[int]]]:
+    """Per argument count: the lines that name its tensors and the parts of its key; and the
+    counts where a guard decides the key (every argument a tensor or a scalar outside the key),
+    with their tensors' positions."""
     kinds: dict[int, list[set[str]]] = {}
     for definition in candidates:
         for style in styles(definition):
@@ -249,7 +296,7 @@ def key_functions(
                 else:
                     slot.add("flag" if spec.dtype.python_type is bool else "scalar")
     branches: list[tuple[int, list[str], list[str]]] = []
-    guarded: dict[int, list[int]] = {}  # count -> tensor positions, where a guard decides the key
+    guarded: dict[int, list[int]] = {}
     for count, slots in sorted(kinds.items()):
         tensors = [i for i, s in enumerate(slots) if s == {"tensor"}]
         parts = [str(count), f"x{tensors[0]}.device" if tensors else "_device_of(a)"]
@@ -263,46 +310,59 @@ def key_functions(
         if tensors and not include_scalars and all(s in ({"tensor"}, {"scalar"}) for s in slots):
             guarded[count] = tensors
         branches.append((count, [f"x{i} = a[{i}]" for i in tensors], parts))
-    # Per count, the (check, prepared) of the key lookup returned last; per key, its own.
-    recent: dict[int, tuple[Callable[..., bool], Any]] = {n: (_never, None) for n in guarded}
-    guards: dict[tuple[Any, ...], tuple[Callable[..., bool], Any]] = {}
-    namespace: dict[str, Any] = {
-        "_describe": _describe,
-        "_device_of": _device_of,
-        "entries": entries,
-        "recent": recent,
-        "guards": guards,
-    }
-    for name in ("key_of", "lookup"):
-        lines = [f"def {name}(a):", "    n = len(a)"]
-        for count, body, parts in branches:
-            lines.append(f"    if n == {count}:")
-            lines += [f"        {line}" for line in body]
-            key = f"({', '.join(parts)},)"
-            if name == "key_of":
-                lines.append(f"        return {key}")
-            elif count in guarded:
-                checked = ", ".join(f"x{i}" for i in guarded[count])
-                lines += [
-                    f"        check, prepared = recent[{count}]",
-                    f"        if check({checked}):",
-                    "            return prepared",
-                    f"        known = guards[{key}]",
-                    f"        recent[{count}] = known",
-                    "        return known[1]",
-                ]
-            else:
-                lines.append(f"        return entries[{key}]")
-        lines.append("    raise IndexError(n)")
-        exec(compile("\n".join(lines), f"<kernelarena apply {name}>", "exec"), namespace)
+    return branches, guarded
 
-    def store(key: tuple[Any, ...], args: tuple[Any, ...], prepared: Any) -> None:
-        positions = guarded.get(len(args))
-        if positions is not None:  # the guard first: a lookup may read it once the entry is in
-            guards[key] = recent[len(args)] = (
-                tensor_guard([args[i] for i in positions]),
-                prepared,
-            )
-        entries[key] = prepared
 
-    return namespace["key_of"], namespace["lookup"], store
+Guard = tuple[Callable[..., bool], Any]  # (check, prepared)
+# (argument count, picker of its tensors, check, call, into): what a call site asks first.
+Hit = tuple[int, Any, Any, Any, int]
+NO_HIT: Hit = (-1, None, None, None, -1)
+
+
+def _picker(positions: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """The tensors at ``positions`` of an argument tuple, as a tuple, in one C call."""
+    if positions == list(range(positions[0], positions[-1] + 1)):
+        return itemgetter(slice(positions[0], positions[-1] + 1))
+    return itemgetter(*positions)
+
+
+class Guards:
+    """The guards of a call site's keys: per key, up to ``MAX_GUARDS_PER_KEY`` (one per layout and
+    dispatch state its calls came with); ``hit``, the one that passed or was made last."""
+
+    def __init__(self, guarded: dict[int, list[int]]) -> None:
+        self.picks = {count: _picker(positions) for count, positions in guarded.items()}
+        self.hit: Hit = NO_HIT
+        self.by_key: dict[tuple[Any, ...], list[Guard]] = {}
+        self.missed: dict[int, list[Guard]] = {}  # per count, the guards of its last miss's key
+
+    def add(self, count: int, key: tuple[Any, ...], tensors: list[Any], prepared: Any) -> None:
+        guard = (tensor_guard(tensors), prepared)
+        self.by_key[key] = [guard]
+        self._ask_first(count, guard)
+
+    def _ask_first(self, count: int, guard: Guard) -> None:
+        call, into = guard[1]
+        self.hit = (count, self.picks[count], guard[0], call, into)
+
+    def miss(self, count: int, key: tuple[Any, ...], tensors: tuple[Any, ...]) -> Any:
+        """The prepared call of ``key``, whose guard the last one was not (KeyError: a key never
+        resolved). A miss at another key than the last miss is a change of shape: that key's
+        guard becomes the one asked first. The same key missing twice running means its guards do
+        not fit these tensors (other strides; inference mode, under which a guard made outside
+        it never passes): the one that does is asked first, made if there is none yet."""
+        known = self.by_key[key]
+        prepared = known[0][1]
+        if self.missed.get(count) is not known:
+            self.missed[count] = known
+            self._ask_first(count, known[0])
+            return prepared
+        for guard in known:
+            if guard[0](*tensors):
+                self._ask_first(count, guard)
+                return prepared
+        if len(known) < MAX_GUARDS_PER_KEY:
+            made = (tensor_guard(list(tensors)), prepared)
+            known.append(made)
+            self._ask_first(count, made)
+        return prepared
