@@ -57,10 +57,21 @@ TOOLS = ("ours", "peer")
 STOP_GRACE_S = 10.0
 
 
-def copy_dataset(source: Path, target: Path, first_workloads: int | None) -> Path:
-    """The dataset without traces, each workloads file cut to its first lines where asked."""
+def copy_dataset(
+    source: Path, target: Path, first_workloads: int | None, definitions: list[str] | None
+) -> Path:
+    """The dataset without traces, each workloads file cut to its first lines where asked, and
+    only the files of ``definitions`` where given."""
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("traces"))
+    for folder in ("definitions", "workloads", "solutions"):
+        for path in sorted((target / folder).glob("*/*")):
+            if not definitions or path.name.split(".")[0] in definitions:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     if first_workloads is not None:
         for path in (target / "workloads").rglob("*.jsonl"):
             lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -173,7 +184,9 @@ def run_mode(mode: str, arguments: argparse.Namespace, work: Path) -> dict[str, 
     jobs: list[dict[str, Any]] = []
     holders = gpu_holders()
     for tool in arguments.tools:
-        dataset = copy_dataset(arguments.dataset, work / mode / tool / "dataset", MODES[mode])
+        dataset = copy_dataset(
+            arguments.dataset, work / mode / tool / "dataset", MODES[mode], arguments.definitions
+        )
         jobs = verdicts.planned_jobs(dataset)
         logs = arguments.logs_dir / f"{mode}_{tool}" if arguments.logs_dir else dataset.parent
         logs.mkdir(parents=True, exist_ok=True)
@@ -242,7 +255,9 @@ def peer_view(dataset: Path) -> str:
 def dry_run(arguments: argparse.Namespace, work: Path) -> bool:
     consistent = True
     for mode in arguments.modes:
-        dataset = copy_dataset(arguments.dataset, work / mode / "dataset", MODES[mode])
+        dataset = copy_dataset(
+            arguments.dataset, work / mode / "dataset", MODES[mode], arguments.definitions
+        )
         jobs = verdicts.planned_jobs(dataset)
         planned, validated = kernelarena_view(dataset)
         print(f"[{mode}] {MODE_DESCRIPTIONS[mode]}: {len(jobs)} jobs")
@@ -299,6 +314,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--dataset", type=Path, default=REPO / ".fib-published")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["first4"])
     parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
+    parser.add_argument("--definitions", nargs="+", help="only these definitions (default: all)")
     parser.add_argument("--limit-s", type=float, default=240.0, help="wall clock per tool run")
     parser.add_argument("--gpus", default="0", help="CUDA_VISIBLE_DEVICES for both tools")
     parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
