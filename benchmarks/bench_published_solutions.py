@@ -55,6 +55,7 @@ MODES = {"first4": 4, "all": None}  # workloads taken from the top of each defin
 MODE_DESCRIPTIONS = {"first4": "first 4 workloads of each definition", "all": "every workload"}
 TOOLS = ("ours", "peer")
 STOP_GRACE_S = 10.0
+TEARDOWN_LIMIT_S = 20.0  # the next run waits at most this long for the GPU to be released
 
 
 def copy_dataset(
@@ -179,6 +180,11 @@ def ours_payload(stdout: Path) -> dict[str, Any]:
     }
 
 
+def tool_limit(arguments: argparse.Namespace, tool: str) -> float:
+    own = getattr(arguments, f"{tool}_limit_s")
+    return float(own if own is not None else arguments.limit_s)
+
+
 def run_mode(mode: str, arguments: argparse.Namespace, work: Path) -> dict[str, Any]:
     runs, found = [], {}
     jobs: list[dict[str, Any]] = []
@@ -190,11 +196,12 @@ def run_mode(mode: str, arguments: argparse.Namespace, work: Path) -> dict[str, 
         jobs = verdicts.planned_jobs(dataset)
         logs = arguments.logs_dir / f"{mode}_{tool}" if arguments.logs_dir else dataset.parent
         logs.mkdir(parents=True, exist_ok=True)
-        print(f"[{mode}] {tool}: {len(jobs)} jobs, limit {arguments.limit_s:.0f} s", flush=True)
+        limit_s = tool_limit(arguments, tool)
+        print(f"[{mode}] {tool}: {len(jobs)} jobs, limit {limit_s:.0f} s", flush=True)
         record, found[tool] = run_tool(
-            tool, dataset, work / mode / tool / "caches", arguments.gpus, arguments.limit_s, logs
+            tool, dataset, work / mode / tool / "caches", arguments.gpus, limit_s, logs
         )
-        record["teardown_s"] = wait_for_gpu_processes(holders)  # untimed
+        record["teardown_s"] = wait_for_gpu_processes(holders, TEARDOWN_LIMIT_S)  # untimed
         print(
             f"[{mode}] {tool}: {record['wall_s']:.1f} s{' (stopped at limit)' * record['timed_out']}"
             f", {record['jobs_with_verdict']}/{len(jobs)} verdicts, {record['passed']} passed",
@@ -265,7 +272,8 @@ def dry_run(arguments: argparse.Namespace, work: Path) -> bool:
         print(f"  kernelarena validate: {validated}")
         print(f"  kernelarena plans {planned} jobs on a GPU")
         for tool in arguments.tools:
-            print(f"  {tool} (limit {arguments.limit_s:.0f} s): {shown(command(tool, dataset))}")
+            limit_s = tool_limit(arguments, tool)
+            print(f"  {tool} (limit {limit_s:.0f} s): {shown(command(tool, dataset))}")
         consistent &= planned == len(jobs) and validated.startswith("exit 0")
     return consistent
 
@@ -316,6 +324,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(TOOLS))
     parser.add_argument("--definitions", nargs="+", help="only these definitions (default: all)")
     parser.add_argument("--limit-s", type=float, default=240.0, help="wall clock per tool run")
+    parser.add_argument("--ours-limit-s", type=float, help="kernelarena's, if not --limit-s")
+    parser.add_argument("--peer-limit-s", type=float, help="flashinfer-bench's, if not --limit-s")
     parser.add_argument("--gpus", default="0", help="CUDA_VISIBLE_DEVICES for both tools")
     parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--logs-dir", type=Path, help="keep both tools' logs here")
