@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -81,14 +82,23 @@ def copy_dataset(
 
 
 def command(tool: str, dataset: Path) -> list[str]:
+    """kernelarena is given the definitions in the order FlashInfer-Bench takes them, so that two
+    runs stopped at their limits have evaluated the same definitions as far as they got."""
     if tool == "peer":
         # Its defaults: 3 trials, 10 warm-up and 50 timed calls, atol = rtol = 1e-2, its
         # persistent worker per GPU, 300 s per solution evaluation.
         return [sys.executable, "-c", PEER_ENTRY, "run", "--local", str(dataset)]
     return [
-        *(sys.executable, "-m", "kernelarena.cli", "run", "--dataset", str(dataset)),
-        *("--device", "cuda", "--suite", "all", "--allow-failures", "--json"),
+        *(sys.executable, "-m", "kernelarena.cli", "run", *peer_order(dataset)),
+        *("--dataset", str(dataset), "--device", "cuda", "--suite", "all"),
+        *("--allow-failures", "--json"),
     ]
+
+
+def peer_order(dataset: Path) -> list[str]:
+    from flashinfer_bench.data import TraceSet
+
+    return list(TraceSet.from_path(str(dataset)).definitions)
 
 
 def tool_environment(tool: str, caches: Path, gpus: str) -> dict[str, str]:
@@ -141,6 +151,7 @@ def run_tool(
             stop_tree(process)
             returncode, timed_out = process.wait(), True
     wall_s = time.perf_counter() - started
+    keep_traces(dataset, logs / f"{tool}-traces.tar.gz", out_path)
     log_text = log_path.read_text(errors="replace")
     if tool == "peer":
         found = verdicts.peer_verdicts(dataset, log_text)
@@ -163,6 +174,14 @@ def run_tool(
     else:
         record.update(ours_payload(out_path))
     return record, found
+
+
+def keep_traces(dataset: Path, archive: Path, stdout: Path) -> None:
+    """The traces as the tool wrote them (full logs: compiler errors included) and its stdout."""
+    with tarfile.open(archive, "w:gz") as tar:
+        if (dataset / "traces").is_dir():
+            tar.add(dataset / "traces", arcname="traces")
+        tar.add(stdout, arcname=stdout.name)
 
 
 def ours_payload(stdout: Path) -> dict[str, Any]:

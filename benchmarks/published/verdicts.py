@@ -17,7 +17,9 @@ from typing import Any
 
 PASSED = "PASSED"
 NOT_RUN = "-"  # the tool did not reach the job (stopped, stalled, or skipped it)
-LOG_HEAD_CHARS = 400
+LOG_HEAD_CHARS = 300
+LOG_TAIL_CHARS = 1500  # where an exception or a compiler ends up saying what went wrong
+ERROR_LINE = re.compile(r"error|exception|failed|not permitted", re.IGNORECASE)
 PEER_JOB_LINE = re.compile(
     r"Solution '(?P<solution>[^']+)' for workload (?P<uuid>[0-9A-Za-z_-]+): (?P<status>[A-Z_]+)"
 )
@@ -63,9 +65,19 @@ def traces_on_disk(dataset: Path) -> dict[tuple[str, str], dict[str, Any]]:
                 "latency_ms": performance.get("latency_ms"),
                 "max_absolute_error": correctness.get("max_absolute_error"),
                 "max_relative_error": correctness.get("max_relative_error"),
-                "log_head": (evaluation.get("log") or "")[:LOG_HEAD_CHARS],
+                **log_excerpt(evaluation.get("log") or ""),
             }
     return found
+
+
+def log_excerpt(log: str) -> dict[str, Any]:
+    """The head, the tail and the first lines that name an error, of a trace's log."""
+    errors = [line.strip() for line in log.splitlines() if ERROR_LINE.search(line)]
+    return {
+        "log_head": log[:LOG_HEAD_CHARS],
+        "log_tail": log[-LOG_TAIL_CHARS:] if len(log) > LOG_HEAD_CHARS else "",
+        "error_lines": [line[:300] for line in errors[:8]],
+    }
 
 
 def peer_log_verdicts(log: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -125,15 +137,22 @@ def compare(rows: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
 
 
 def key(row: dict[str, Any]) -> dict[str, Any]:
-    first_line = (row["ours_detail"].get("log_head") or "").strip().splitlines()[:1]
     return {
         "solution": row["solution"],
         "workload": row["workload"],
         "axes": row["axes"],
         "peer": row["peer"],
         "ours": row["ours"],
-        "ours_log": first_line[0] if first_line else "",
+        "ours_log": telling_line(row["ours_detail"]),
     }
+
+
+def telling_line(detail: dict[str, Any]) -> str:
+    """The line that says most about a failure: the first naming an error, else the last."""
+    if detail.get("error_lines"):
+        return str(detail["error_lines"][0])
+    lines = (detail.get("log_tail") or detail.get("log_head") or "").strip().splitlines()
+    return lines[-1][:300] if lines else ""
 
 
 def markdown(report: dict[str, Any]) -> str:
