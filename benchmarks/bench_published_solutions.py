@@ -151,6 +151,7 @@ def run_tool(
             stop_tree(process)
             returncode, timed_out = process.wait(), True
     wall_s = time.perf_counter() - started
+    payload = ours_payload(out_path) if tool == "ours" else {}
     keep_traces(dataset, logs / f"{tool}-traces.tar.gz", out_path)
     log_text = log_path.read_text(errors="replace")
     if tool == "peer":
@@ -171,17 +172,17 @@ def run_tool(
     if tool == "peer":
         record["stalls"] = verdicts.peer_stalls(log_text)
         record["verdicts_from_log_only"] = sum(v.get("from") == "log" for v in found.values())
-    else:
-        record.update(ours_payload(out_path))
-    return record, found
+    return record | payload, found
 
 
 def keep_traces(dataset: Path, archive: Path, stdout: Path) -> None:
-    """The traces as the tool wrote them (full logs: compiler errors included) and its stdout."""
+    """The traces as the tool wrote them (full logs: compiler errors included) and its stdout,
+    in one file: few files come back from the GPU machine."""
     with tarfile.open(archive, "w:gz") as tar:
         if (dataset / "traces").is_dir():
             tar.add(dataset / "traces", arcname="traces")
         tar.add(stdout, arcname=stdout.name)
+    stdout.unlink()
 
 
 def ours_payload(stdout: Path) -> dict[str, Any]:
