@@ -71,13 +71,17 @@ def build(solution: dict, folder: Path) -> Any:
     digest = hashlib.sha256(json.dumps(solution["sources"]).encode()).hexdigest()[:8]
     module_name = re.sub(r"\W", "_", f"repro_{solution['name']}_{digest}")
     started = time.perf_counter()
-    module = load(
-        name=module_name,
-        sources=[s for s in sources if s.endswith(SOURCE_SUFFIXES)],
-        extra_include_paths=[str(folder)],
-        build_directory=str(folder),
-        with_cuda=solution["spec"]["language"] == "cuda",
-    )
+    try:
+        module = load(
+            name=module_name,
+            sources=[s for s in sources if s.endswith(SOURCE_SUFFIXES)],
+            extra_include_paths=[str(folder)],
+            build_directory=str(folder),
+            with_cuda=solution["spec"]["language"] == "cuda",
+        )
+    except RuntimeError as error:  # torch puts the compiler's whole output in the message
+        said = [line for line in str(error).splitlines() if "error" in line.lower()]
+        raise SystemExit(f"{solution['name']} does not build here:\n" + "\n".join(said)) from None
     print(f"built {solution['name']} in {time.perf_counter() - started:.1f} s")
     return getattr(module, solution["spec"]["entry_point"].split("::")[-1])
 
