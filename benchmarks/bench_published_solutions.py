@@ -7,8 +7,10 @@ copy of its own (so that neither reads the other's traces) and empty caches, and
 command under a wall-clock limit:
 
     flashinfer-bench run --local COPY
-    kernelarena run --dataset COPY --device cuda --suite all --allow-failures --json
+    kernelarena run DEFINITIONS --dataset COPY --device cuda --suite all --allow-failures --json
 
+(the definitions named in the order FlashInfer-Bench takes them, so that two runs stopped at their
+limits got through the same definitions).
 Modes: ``first4``, the first 4 workloads of each definition's file (issue 40: kernelarena end to
 end, build cache empty, within 5 minutes; flashinfer-bench's time on the same set beside it);
 ``all``, every workload (issue 37: every job flashinfer-bench passes, kernelarena passes too, or
@@ -18,6 +20,8 @@ finished. Results: ``published_solutions_<device>_<date>_<mode>.json`` with the 
 tools per (solution, workload), and a ``.md`` summary beside it that lists every job
 flashinfer-bench passes and kernelarena does not. ``--dry-run`` (no GPU needed) loads the copies
 with both tools, validates and plans them with kernelarena, and prints the commands.
+``--peer-where-ours-fails`` runs flashinfer-bench only on what kernelarena did not pass: for issue
+37 that is the whole question, and the peer's time goes where it answers something.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from benchmarks.bench_vs_flashinfer_bench import (
 )
 from benchmarks.harness import environment, result_path
 from benchmarks.published import verdicts
+from benchmarks.published.copies import copy_dataset, failed_jobs, keep_only
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = {"first4": 4, "all": None}  # workloads taken from the top of each definition's file
@@ -57,28 +62,6 @@ MODE_DESCRIPTIONS = {"first4": "first 4 workloads of each definition", "all": "e
 TOOLS = ("ours", "peer")
 STOP_GRACE_S = 10.0
 TEARDOWN_LIMIT_S = 20.0  # the next run waits at most this long for the GPU to be released
-
-
-def copy_dataset(
-    source: Path, target: Path, first_workloads: int | None, definitions: list[str] | None
-) -> Path:
-    """The dataset without traces, each workloads file cut to its first lines where asked, and
-    only the files of ``definitions`` where given."""
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("traces"))
-    for folder in ("definitions", "workloads", "solutions"):
-        for path in sorted((target / folder).glob("*/*")):
-            if not definitions or path.name.split(".")[0] in definitions:
-                continue
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-    if first_workloads is not None:
-        for path in (target / "workloads").rglob("*.jsonl"):
-            lines = [line for line in path.read_text().splitlines() if line.strip()]
-            path.write_text("\n".join(lines[:first_workloads]) + "\n")
-    return target
 
 
 def command(tool: str, dataset: Path) -> list[str]:
@@ -213,18 +196,22 @@ def run_mode(mode: str, arguments: argparse.Namespace, work: Path) -> dict[str, 
         dataset = copy_dataset(
             arguments.dataset, work / mode / tool / "dataset", MODES[mode], arguments.definitions
         )
-        jobs = verdicts.planned_jobs(dataset)
+        if tool == "peer" and arguments.peer_where_ours_fails and "ours" in found:
+            keep_only(dataset, failed_jobs(found["ours"]))
+        tool_jobs = verdicts.planned_jobs(dataset)
+        jobs = jobs or tool_jobs  # the table covers the whole set, also where the peer saw less
         logs = arguments.logs_dir / f"{mode}_{tool}" if arguments.logs_dir else dataset.parent
         logs.mkdir(parents=True, exist_ok=True)
         limit_s = tool_limit(arguments, tool)
-        print(f"[{mode}] {tool}: {len(jobs)} jobs, limit {limit_s:.0f} s", flush=True)
+        print(f"[{mode}] {tool}: {len(tool_jobs)} jobs, limit {limit_s:.0f} s", flush=True)
         record, found[tool] = run_tool(
             tool, dataset, work / mode / tool / "caches", arguments.gpus, limit_s, logs
         )
+        record["jobs"] = len(tool_jobs)
         record["teardown_s"] = wait_for_gpu_processes(holders, TEARDOWN_LIMIT_S)  # untimed
         print(
             f"[{mode}] {tool}: {record['wall_s']:.1f} s{' (stopped at limit)' * record['timed_out']}"
-            f", {record['jobs_with_verdict']}/{len(jobs)} verdicts, {record['passed']} passed",
+            f", {record['jobs_with_verdict']}/{len(tool_jobs)} verdicts, {record['passed']} passed",
             flush=True,
         )
         runs.append(record)
@@ -233,6 +220,7 @@ def run_mode(mode: str, arguments: argparse.Namespace, work: Path) -> dict[str, 
         "benchmark": "published_solutions",
         "mode": mode,
         "mode_description": MODE_DESCRIPTIONS[mode],
+        "peer_where_ours_fails": arguments.peer_where_ours_fails,
         "dataset": dataset_summary(arguments.dataset, jobs),
         "runs": runs,
         "summary": verdicts.compare(rows, list(arguments.tools)),
@@ -314,27 +302,6 @@ def arguments_label(report: dict[str, Any]) -> str:
     return f"_{report['label']}" if report.get("label") else ""
 
 
-def print_short_table(report: dict[str, Any]) -> None:
-    jobs = report["dataset"]["jobs"]
-    print(f"== {report['mode']}: {jobs} jobs on {report['environment'].get('device')}")
-    print(f"{'tool':<5} {'wall s':>7} {'limit':>6} {'stopped':>7} {'verdicts':>9} {'passed':>7}")
-    for run in report["runs"]:
-        print(
-            f"{run['tool']:<5} {run['wall_s']:7.1f} {run['limit_s']:6.0f} "
-            f"{'yes' if run['timed_out'] else 'no':>7} {run['jobs_with_verdict']:>9} "
-            f"{run['passed']:>7}"
-        )
-        if run.get("stalls"):
-            print(f"      peer stall lines: {run['stalls']}")
-    summary = report["summary"]
-    for pair, count in summary.get("pairs", {}).items():
-        print(f"  peer / ours  {pair}: {count}")
-    for row in summary.get("peer_passes_ours_fails", []):
-        print(
-            f"  peer PASSED, ours {row['ours']}: {row['solution']} {row['axes']} {row['ours_log']}"
-        )
-
-
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -346,6 +313,11 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--limit-s", type=float, default=240.0, help="wall clock per tool run")
     parser.add_argument("--ours-limit-s", type=float, help="kernelarena's, if not --limit-s")
     parser.add_argument("--peer-limit-s", type=float, help="flashinfer-bench's, if not --limit-s")
+    parser.add_argument(
+        "--peer-where-ours-fails",
+        action="store_true",
+        help="run flashinfer-bench only on the solutions and workloads kernelarena did not pass",
+    )
     parser.add_argument("--gpus", default="0", help="CUDA_VISIBLE_DEVICES for both tools")
     parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--logs-dir", type=Path, help="keep both tools' logs here")
@@ -371,7 +343,7 @@ def main() -> None:
             device = torch.device("cuda", 0)
             report["environment"] = environment(device) | versions(arguments.git_rev)
             report["label"] = arguments.label
-            print_short_table(report)
+            print(verdicts.short_table(report), flush=True)
             print("wrote", write_results(report, arguments.results_dir), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

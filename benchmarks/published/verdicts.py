@@ -174,7 +174,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {run['tool']} | {run['wall_s']:.1f} | {run['limit_s']:.0f} | "
             f"{'yes' if run['timed_out'] else 'no'} | {run['returncode']} | "
-            f"{run['jobs_with_verdict']}/{report['dataset']['jobs']} | {run['passed']} |"
+            f"{run['jobs_with_verdict']}/{run.get('jobs', report['dataset']['jobs'])} | "
+            f"{run['passed']} |"
         )
         if run.get("stalls"):
             lines.append(f"|  | stall lines in its log: {run['stalls']} | | | | | |")
@@ -192,3 +193,29 @@ def markdown(report: dict[str, Any]) -> str:
         if unreached:
             lines.append(f"- and {len(unreached)} job(s) kernelarena did not reach")
     return "\n".join(lines) + "\n"
+
+
+def short_table(report: dict[str, Any]) -> str:
+    """What the GPU command prints last: the runs, the pairs, and the jobs the peer passes that
+    kernelarena fails."""
+    env = report["environment"]
+    lines = [
+        f"== {report['mode']}: {report['dataset']['jobs']} jobs on {env.get('device')}",
+        f"{'tool':<5} {'jobs':>5} {'wall s':>7} {'limit':>6} {'stopped':>7} {'verdicts':>9} "
+        f"{'passed':>7}",
+    ]
+    for run in report["runs"]:
+        lines.append(
+            f"{run['tool']:<5} {run['jobs']:>5} {run['wall_s']:7.1f} {run['limit_s']:6.0f} "
+            f"{'yes' if run['timed_out'] else 'no':>7} {run['jobs_with_verdict']:>9} "
+            f"{run['passed']:>7}"
+        )
+        if run.get("stalls"):
+            lines.append(f"      peer stall lines: {run['stalls']}")
+    summary = report["summary"]
+    lines += [f"  peer / ours  {pair}: {count}" for pair, count in summary.get("pairs", {}).items()]
+    lines += [
+        f"  peer PASSED, ours {row['ours']}: {row['solution']} {row['axes']} {row['ours_log']}"
+        for row in summary.get("peer_passes_ours_fails", [])
+    ]
+    return "\n".join(lines)
