@@ -20,6 +20,7 @@ NOT_RUN = "-"  # the tool did not reach the job (stopped, stalled, or skipped it
 LOG_HEAD_CHARS = 300
 LOG_TAIL_CHARS = 1500  # where an exception or a compiler ends up saying what went wrong
 ERROR_LINE = re.compile(r"error|exception|failed|not permitted", re.IGNORECASE)
+SPECIFIC_ERROR = re.compile(r"\berror\b:|Error: |not permitted")
 PEER_JOB_LINE = re.compile(
     r"Solution '(?P<solution>[^']+)' for workload (?P<uuid>[0-9A-Za-z_-]+): (?P<status>[A-Z_]+)"
 )
@@ -73,6 +74,8 @@ def traces_on_disk(dataset: Path) -> dict[tuple[str, str], dict[str, Any]]:
 def log_excerpt(log: str) -> dict[str, Any]:
     """The head, the tail and the first lines that name an error, of a trace's log."""
     errors = [line.strip() for line in log.splitlines() if ERROR_LINE.search(line)]
+    # The compiler's "error:" lines and an exception's message first, wrappers ("failed") after.
+    errors.sort(key=lambda line: not SPECIFIC_ERROR.search(line))
     return {
         "log_head": log[:LOG_HEAD_CHARS],
         "log_tail": log[-LOG_TAIL_CHARS:] if len(log) > LOG_HEAD_CHARS else "",
