@@ -14,7 +14,9 @@ both tools' rules:
 
 It also says whether an input changed, whether a repeated call gives the same output, and, with
 ``--capture``, what capturing one call in a CUDA graph does (kernelarena times short calls as
-graph replays). So a mismatch kernelarena reports can be shown to hold outside it, or not.
+graph replays). So a mismatch kernelarena reports can be shown to hold outside it, or not. A
+solution that exits the process on a CUDA error (some published ones do) ends this script there,
+after printing its own message.
 
     python benchmarks/published/reproduce.py NAME --dataset .fib-published [--workload UUID]
     python benchmarks/published/reproduce.py SOLUTION.json --definition DEF.json --workloads W.jsonl
