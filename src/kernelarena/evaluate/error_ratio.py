@@ -22,10 +22,12 @@ import torch
 from kernelarena.data import Definition, DType
 from kernelarena.evaluate.inputs import Value
 
-# The ratio a solution's error may reach over the reference's where a definition sets none: over
-# every honest library solution and peer measured (docs/evaluation.md, "Error against the
-# reference's"), with a margin of at least 4x over the worst of them.
-DEFAULT_MAX_ERROR_RATIO = 256.0
+# The ratio a solution's error may reach over the reference's where a definition sets none. The
+# library's solutions on the CPU (smoke workloads, 2026-11-27) reach at most 8.1 (the Triton fp32
+# gelu_and_mul under the interpreter); a float32 operator computed in bfloat16 or TF32 reads
+# 10^4 and more. Provisional until every library solution and peer is measured on both GPUs:
+# a margin of 100x over the CPU's worst, for GPU kernels' approximate transcendentals.
+DEFAULT_MAX_ERROR_RATIO = 1024.0
 # Above this many bytes of float64 inputs, the precise run is skipped (an 8 GiB bf16 KV cache
 # would take 32 GiB): the ratio is not measured for that workload.
 PRECISE_BYTES_LIMIT = 4 << 30
