@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kernelarena.data import DType, Status, Tolerance
-from kernelarena.evaluate.shared_sets import CheckFailed
 from kernelarena.evaluate.timing_check import verify_graph
+from kernelarena.evaluate.verdicts import CheckFailed
 
 FACTOR = 1.5
 TOLERANCE = Tolerance(atol=1e-6, rtol=1e-6)

@@ -277,7 +277,7 @@ def _passes_unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stand-in sandboxes below compute nothing: the checks of each pass (``pass_check``,
     tested through the engine) are left out of these tests of the clocks' arithmetic."""
     from kernelarena.evaluate import judge_clock
-    from kernelarena.evaluate.shared_sets import expect_success
+    from kernelarena.evaluate.verdicts import expect_success
 
     monkeypatch.setattr(judge_clock, "before_pass", lambda sets, timed: None)
     monkeypatch.setattr(

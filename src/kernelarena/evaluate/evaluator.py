@@ -44,17 +44,10 @@ from kernelarena.evaluate.inputs import (
 )
 from kernelarena.evaluate.options import Options, make_trace
 from kernelarena.evaluate.sandboxes import Sandbox, SandboxDied, Sandboxes
-from kernelarena.evaluate.shared_sets import (
-    CheckFailed,
-    Job,
-    SetMaker,
-    SharedSet,
-    SolutionFailed,
-    merge,
-    with_details,
-)
+from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet
 from kernelarena.evaluate.solution_caches import namespace_of
 from kernelarena.evaluate.timing import device_healthy
+from kernelarena.evaluate.verdicts import CheckFailed, SolutionFailed, merge, with_details
 from kernelarena.evaluate.warm_up import JudgeWarmUp
 
 _REUSED = (

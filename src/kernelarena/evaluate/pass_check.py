@@ -18,10 +18,9 @@ from typing import Any
 import torch
 
 from kernelarena.data import Correctness, Status
-from kernelarena.evaluate.shared_sets import (
+from kernelarena.evaluate.shared_sets import SetMaker, SharedSet
+from kernelarena.evaluate.verdicts import (
     CheckFailed,
-    SetMaker,
-    SharedSet,
     check_returned,
     expect_success,
     with_details,

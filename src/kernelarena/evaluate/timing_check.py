@@ -39,16 +39,14 @@ from kernelarena.evaluate.judge_clock import (
 )
 from kernelarena.evaluate.pass_check import after_pass, before_pass
 from kernelarena.evaluate.sandboxes import with_sandbox_paused
-from kernelarena.evaluate.shared_sets import (
+from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet
+from kernelarena.evaluate.timing import Timing, time_events_or_clock
+from kernelarena.evaluate.verdicts import (
     CheckFailed,
-    Job,
-    SetMaker,
-    SharedSet,
     check_returned,
     expect_success,
     with_details,
 )
-from kernelarena.evaluate.timing import Timing, time_events_or_clock
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.evaluator import Evaluator
