@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelarena.cli.common import DatasetOption, app, console, dispatch_app, errors
+from kernelarena.cli.common import DatasetOption, app, console, dispatch_app, load, select_or_exit
 
 
 @dispatch_app.command("show")
@@ -22,18 +22,12 @@ def dispatch_show(
     won, the winner inside CUDA graph capture, and whose traces decide (own or borrowed)."""
     import torch
 
-    from kernelarena.datasets import load_default
     from kernelarena.dispatch.aot import measured_hardware, tables_for
     from kernelarena.evaluate.environment import hardware_name
-    from kernelarena.evaluate.runner import PlanError, select_definitions
     from kernelarena.report.dispatch import table_view
 
-    combined, _ = load_default(dataset)
-    try:
-        definitions = select_definitions(combined, [name])
-    except PlanError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from None
+    combined, _ = load(dataset)
+    definitions = select_or_exit(combined, [name], dataset)
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
     here = hardware_name(torch.device(device))
     for definition in sorted(definitions, key=lambda d: d.name):
@@ -64,16 +58,10 @@ def build_command(
     """Build solutions into the build cache ahead of time (CUDA compiles for sm_90a without a GPU)."""
     from rich.table import Table
 
-    from kernelarena.datasets import load_default
     from kernelarena.dispatch.aot import build_winners
-    from kernelarena.evaluate.runner import PlanError, select_definitions
 
-    combined, _ = load_default(dataset)
-    try:
-        definitions = select_definitions(combined, names)
-    except PlanError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from None
+    combined, _ = load(dataset)
+    definitions = select_or_exit(combined, names, dataset)
     results = build_winners(combined, definitions, hardware, only_winners=winners, warm=warm)
     view = Table(title="ahead-of-time builds")
     for column in ("definition", "solution", "hardware", "status", "detail"):

@@ -9,11 +9,13 @@ import typer
 
 from kernelarena.cli.common import (
     DatasetOption,
+    ImportOption,
     LibraryOption,
-    _warn_problems,
     app,
     console,
     errors,
+    load,
+    select_or_exit,
 )
 from kernelarena.cli.run import _selection
 
@@ -46,21 +48,19 @@ def report(
             "timings and apply's choices (repeatable)",
         ),
     ] = None,
+    imports: ImportOption = None,
 ) -> None:
     """Write one self-contained HTML file of the traces (opens offline): per definition a
     leaderboard, latency against the shapes, the fraction of the ceiling, failures and where each
     trace came from; a summary that ranks the definitions; a hardware filter."""
-    from kernelarena.datasets import load_default
-    from kernelarena.evaluate.runner import select_definitions
     from kernelarena.report.html import build_report, write_report
     from kernelarena.report.html.model_run import load_model_run
     from kernelarena.report.html.views import hardware_models
 
-    combined, user = load_default(dataset)
-    _warn_problems(combined)
+    combined, user = load(dataset, imports)
     try:
         selection = _selection(user, names, dataset, library, "report", with_traces=True)
-        definitions = select_definitions(combined, selection.names)
+        definitions = select_or_exit(combined, selection.names, dataset)
         models = hardware_models(combined, hardware)
         runs = [load_model_run(path) for path in model_runs or []]
     except ValueError as error:  # PlanError, ModelRunError, an unknown hardware model
