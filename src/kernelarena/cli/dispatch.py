@@ -6,7 +6,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelarena.cli.common import DatasetOption, app, console, dispatch_app, load, select_or_exit
+from kernelarena.cli.common import (
+    DatasetOption,
+    ImportOption,
+    app,
+    console,
+    dispatch_app,
+    load,
+    select_or_exit,
+)
 
 
 @dispatch_app.command("show")
@@ -17,6 +25,7 @@ def dispatch_show(
         typer.Option(help="hardware model (default: every model with traces, and this GPU)"),
     ] = None,
     dataset: DatasetOption = None,
+    imports: ImportOption = None,
 ) -> None:
     """Print the apply table: per shape key the winner, its eager and GPU times, the margin, how it
     won, the winner inside CUDA graph capture, and whose traces decide (own or borrowed)."""
@@ -26,7 +35,7 @@ def dispatch_show(
     from kernelarena.evaluate.environment import hardware_name
     from kernelarena.report.dispatch import table_view
 
-    combined, _ = load(dataset)
+    combined, _ = load(dataset, imports)
     definitions = select_or_exit(combined, [name], dataset)
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
     here = hardware_name(torch.device(device))
@@ -54,13 +63,14 @@ def build_command(
         bool, typer.Option(help="with a GPU: call each winner once to fill the JIT caches")
     ] = True,
     dataset: DatasetOption = None,
+    imports: ImportOption = None,
 ) -> None:
     """Build solutions into the build cache ahead of time (CUDA compiles for sm_90a without a GPU)."""
     from rich.table import Table
 
     from kernelarena.dispatch.aot import build_winners
 
-    combined, _ = load(dataset)
+    combined, _ = load(dataset, imports)
     definitions = select_or_exit(combined, names, dataset)
     results = build_winners(combined, definitions, hardware, only_winners=winners, warm=warm)
     view = Table(title="ahead-of-time builds")

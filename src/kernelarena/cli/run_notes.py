@@ -68,7 +68,7 @@ def _why_no_job(
     if not solutions:
         return f"{name} has no solution: {NO_SOLUTION_HINT}"
     if all(s.name in {skipped.name for _, skipped, _ in made.skipped} for s in solutions):
-        return f"{name}: none of its {len(solutions)} solutions can run here (see above)"
+        return f"{name}: none of its {_count(solutions, 'solution')} can run here (see above)"
     every = trace_set.workloads.get(name, [])
     runnable = trace_set.workloads_for(name)
     if not every:
@@ -77,17 +77,17 @@ def _why_no_job(
             f"workloads/{definition.op_type}/{name}.jsonl)"
         )
     if not runnable:
-        return f"{name}: the safetensors blobs of all its {len(every)} workloads are missing"
+        return f"{name}: the safetensors blobs of its {_count(every, 'workload')} are missing"
     chosen = select_workloads(runnable, suite, on_gpu)
     if not chosen:
         tags = sorted({t for w in runnable for t in w.tags or []})
         if not on_gpu and all({"large", "performance"} & set(w.tags or []) for w in runnable):
             return (
-                f"{name}: its {len(runnable)} workloads are tagged large or performance, which "
-                "run only on a GPU"
+                f"{name}: each of its {_count(runnable, 'workload')} is tagged large or "
+                "performance, which run only on a GPU"
             )
         return (
-            f"{name}: none of its {len(runnable)} workloads is in the {suite} suite (their "
+            f"{name}: none of its {_count(runnable, 'workload')} is in the {suite} suite (their "
             f"tags: {', '.join(tags)}); try --suite all"
         )
     return f"{name}: every workload of the {suite} suite was rejected (see above)"
@@ -107,6 +107,10 @@ def json_summary(summary: RunSummary, made: Plan) -> dict[str, Any]:
         ],
         "resumed": summary.resumed,
     }
+
+
+def _count(items: Sequence[object], noun: str) -> str:
+    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
 
 
 def print_results(combined: TraceSet, summary: RunSummary, on_gpu: bool, console: Console) -> None:

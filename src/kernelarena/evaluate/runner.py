@@ -180,12 +180,25 @@ def make_plan(
                     )
                 )
     if solutions and not runnable:
-        reasons = "".join(f"; {s.name} {why}" for _, s, why in made.skipped)
-        raise PlanError(
-            f"--solutions {','.join(solutions)} match no solution of the chosen definitions "
-            f"that can run here{reasons}"
-        )
+        raise PlanError(_no_solution_matches(trace_set, names, solutions, made))
     return made
+
+
+def _no_solution_matches(
+    trace_set: TraceSet, names: Sequence[str] | None, solutions: Sequence[str], made: Plan
+) -> str:
+    reasons = "".join(f"; {s.name} {why}" for _, s, why in made.skipped)
+    known = sorted(
+        s.name
+        for d in select_definitions(trace_set, names)
+        for s in trace_set.solutions_for(d.name)
+    )
+    listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "") if known else "none"
+    return (
+        f"--solutions {','.join(solutions)} match no solution of the chosen definitions that can "
+        f"run here{reasons}; their solutions: {listed} (one registered from Python needs "
+        "--import MODULE)"
+    )
 
 
 def left_out_here(solution: Solution, on_gpu: bool) -> str:
