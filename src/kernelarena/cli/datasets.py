@@ -54,7 +54,7 @@ def list_definitions(
         console.print(definitions_table(combined, built_in, width=console.width))
 
 
-@app.command()
+@app.command(short_help="Show a definition: schema, solutions, workloads, traces.")
 def show(name: NameArgument, dataset: DatasetOption = None, imports: ImportOption = None) -> None:
     """Show one definition: its schema, solutions, workloads and traces."""
     combined, _ = load(dataset, imports)
@@ -99,7 +99,7 @@ def _show_solutions(combined: TraceSet, name: str, imports: list[str] | None) ->
         say(console, f"  none{hint}")
 
 
-@app.command()
+@app.command(short_help="Check a dataset folder; exit 1 on any problem.")
 def validate(
     path: Annotated[
         Optional[Path],
@@ -137,7 +137,7 @@ def validate(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(short_help="Write the library and your dataset as one dataset folder.")
 def export(
     path: Annotated[Path, typer.Argument(help="a new folder to write the dataset to")],
     dataset: DatasetOption = None,

@@ -17,12 +17,14 @@ from kernelarena.cli.common import (
 )
 
 
-@dispatch_app.command("show")
+@dispatch_app.command("show", short_help="Print the apply table of a definition.")
 def dispatch_show(
     name: Annotated[str, typer.Argument(help="a definition, family or op_type")],
     hardware: Annotated[
         Optional[str],
-        typer.Option(help="hardware model (default: every model with traces, and this GPU)"),
+        typer.Option(
+            metavar="MODEL", help="hardware model (default: every model with traces, and this GPU)"
+        ),
     ] = None,
     dataset: DatasetOption = None,
     imports: ImportOption = None,
@@ -47,7 +49,7 @@ def dispatch_show(
             console.print(table_view(*tables_for(combined, definition, model, device)))
 
 
-@app.command("build")
+@app.command("build", short_help="Build solutions into the build cache ahead of time.")
 def build_command(
     names: Annotated[
         Optional[list[str]], typer.Argument(help="definitions, families or op_types (default: all)")
@@ -57,7 +59,10 @@ def build_command(
     ] = False,
     hardware: Annotated[
         Optional[list[str]],
-        typer.Option(help="hardware model(s) whose winners to build (default: this GPU, else all)"),
+        typer.Option(
+            metavar="MODEL",
+            help="hardware model(s) whose winners to build (default: this GPU, else all)",
+        ),
     ] = None,
     warm: Annotated[
         bool, typer.Option(help="with a GPU: call each winner once to fill the JIT caches")

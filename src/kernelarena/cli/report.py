@@ -20,7 +20,7 @@ from kernelarena.cli.common import (
 from kernelarena.cli.run import _selection
 
 
-@app.command()
+@app.command(short_help="Write an HTML report of the traces.")
 def report(
     names: Annotated[
         Optional[list[str]],
@@ -34,16 +34,19 @@ def report(
     hardware: Annotated[
         Optional[list[str]],
         typer.Option(
-            "--hardware", help="only traces of this hardware model, or part of its name: H100"
+            "--hardware",
+            metavar="MODEL",
+            help="only traces of this hardware model, or part of its name: H100",
         ),
     ] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="the HTML file to write")] = Path(
-        "report.html"
-    ),
+    output: Annotated[
+        Path, typer.Option("--output", "-o", metavar="FILE", help="the HTML file to write")
+    ] = Path("report.html"),
     model_runs: Annotated[
         Optional[list[Path]],
         typer.Option(
             "--model-run",
+            metavar="FILE",
             help="a model run's JSON (examples/llama_apply.py writes one): a page with its "
             "timings and apply's choices (repeatable)",
         ),

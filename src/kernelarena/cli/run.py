@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from kernelarena.evaluate.runner import Executor, Plan, RunSummary
 
 
-@app.command()
+@app.command(short_help="Check and time solutions, appending a trace for each.")
 def run(
     names: Annotated[
         Optional[list[str]],
