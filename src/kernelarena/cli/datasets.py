@@ -92,7 +92,10 @@ def _show_solutions(combined: TraceSet, name: str, imports: list[str] | None) ->
         line = f"  {solution.name}  [{spec.language.value}] {spec.entry_point}"
         line += f"  targets: {', '.join(spec.target_hardware) or 'none'}"
         why = left_out_here(solution, on_gpu)
-        line += f"  (skipped here: {why})" if why else ""
+        if why:
+            line += f"  (skipped here: {why})"
+        elif not on_gpu and not solution.runs_on("cpu"):
+            line += "  (built here, not run: no GPU)"
         say(console, line + (f"  {solution.description}" if solution.description else ""))
     if not solutions:
         hint = "" if imports else " (solutions registered from Python: add --import MODULE)"
