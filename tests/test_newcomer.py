@@ -324,6 +324,13 @@ def test_the_report_names_registered_solutions_and_leads_with_gpus(
     provenance = re.search(r'<tr data-hardware="CPU[^"]*">(.*?)</tr>', html)
     assert provenance and re.findall(r'data-value="(\d+)"', provenance.group(1))[:3] == [
         "1", "0", "0"]  # 1 trace, 0 outdated, 0 of unknown solutions  # fmt: skip
+    bare = kernelarena("report", "--dataset", str(dataset), "-o", str(output), cwd=folder)
+    assert bare.returncode == 0, bare.stdout + bare.stderr
+    html = output.read_text()  # without --import: said so, and not counted as outdated
+    assert "Not in the dataset: mine. Solutions registered from Python" in html
+    provenance = re.search(r'<tr data-hardware="CPU[^"]*">(.*?)</tr>', html)
+    assert provenance and re.findall(r'data-value="(\d+)"', provenance.group(1))[:3] == [
+        "1", "0", "1"]  # 1 trace, 0 outdated, 1 of a solution not in the dataset  # fmt: skip
     figures = json.loads(re.search(r'<script type="application/json" id="figures">(.*?)</script>',
                                    html).group(1))  # type: ignore[union-attr]  # fmt: skip
     cpu_figures = [f for f in figures.values() if "CPU check" in f["layout"]["title"]["text"]]

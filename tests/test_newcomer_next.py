@@ -101,18 +101,22 @@ def test_a_solutions_typo_lists_the_solutions_there_are() -> None:
         make_plan(made, None, ["tourch"], "all", False)
 
 
-def test_a_failures_log_keeps_its_brackets() -> None:
+def test_a_failures_line_is_its_verdict_with_its_brackets() -> None:
+    """Not the sandbox's last words (what the solution printed follows the verdict), and no rich
+    markup eating ``[python]``."""
     from kernelarena.evaluate.options import make_trace
     from kernelarena.report.console import failure_details
 
     workload = Workload(uuid="n8", axes={"n": 8}, inputs={})
     trace = make_trace(
         DEFINITION, H100_ONLY, workload, environment("CPU x86_64"),
-        Status.RUNTIME_ERROR, "IndexError: index [3] is out of bounds for [python] list",
+        Status.RUNTIME_ERROR, "IndexError: index [3] is out of bounds for [python] list"
+        "\n--- output ---\nkernelarena sandbox on cpu: Landlock ABI 7",
     )  # fmt: skip
     console = Console(record=True, width=200)
     failure_details([trace], console)
-    assert "index [3] is out of bounds for [python] list" in console.export_text()
+    shown = console.export_text()
+    assert "index [3] is out of bounds for [python] list" in shown and "Landlock" not in shown
 
 
 def test_a_suite_a_cpu_cannot_run_says_so() -> None:

@@ -127,7 +127,8 @@ def failure_details(traces: Iterable[Trace], console: Console, limit: int = 20) 
     for trace in failures[:limit]:
         evaluation = trace.evaluation
         assert evaluation is not None
-        first = evaluation.log.strip().splitlines()
+        # What the solution printed is appended after this marker; the verdict comes before it.
+        first = evaluation.log.split("\n--- output ---", 1)[0].strip().splitlines()
         summary = first[-1] if first else ""
         if evaluation.status.value in (
             "INCORRECT_NUMERICAL",
