@@ -11,7 +11,6 @@ import pytest
 from rich.console import Console
 
 from kernelarena.data import BuildSpec, Status, TraceSet, Workload
-from kernelarena.evaluate.runner import PlanError, make_plan
 from tests.cli_process import kernelarena, python
 from tests.report.synthetic import environment
 from tests.test_newcomer import DEFINITION, H100_ONLY
@@ -87,6 +86,8 @@ def test_adding_a_solution_again_is_a_no_op_and_a_conflict_is_named(tmp_path: Pa
 
 
 def test_a_solutions_typo_lists_the_solutions_there_are() -> None:
+    from kernelarena.evaluate.runner import PlanError, make_plan
+
     made = TraceSet(root=None)
     made.add_definition(DEFINITION, persist=False)
     cpu = H100_ONLY.model_copy(
@@ -124,6 +125,7 @@ def test_a_suite_a_cpu_cannot_run_says_so() -> None:
     advice, "try --suite all", would not have helped."""
     from kernelarena.cli.run_notes import why_nothing_runs
     from kernelarena.data import RandomInput
+    from kernelarena.evaluate.runner import make_plan
 
     made = TraceSet(root=None)
     made.add_definition(DEFINITION, persist=False)
