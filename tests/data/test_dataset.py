@@ -152,10 +152,10 @@ def test_an_append_after_a_torn_last_line_drops_it_and_keeps_a_complete_one(
     second = Workload(uuid="b", axes={"n": 2}, inputs={})
     torn = tmp_path / "torn.jsonl"
     torn.write_text(first.to_json() + "\n" + second.to_json()[:17])
-    append_line(torn, second)
+    append_line(torn, second, root=tmp_path)
     assert torn.read_text().splitlines() == [first.to_json(), second.to_json()]
 
     unended = tmp_path / "unended.jsonl"
     unended.write_text(first.to_json())
-    append_line(unended, second)
+    append_line(unended, second, root=tmp_path)
     assert unended.read_text().splitlines() == [first.to_json(), second.to_json()]

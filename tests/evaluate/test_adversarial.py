@@ -16,6 +16,7 @@ from kernelarena.data import Status, Trace
 from kernelarena.evaluate.benchmark import Benchmark
 from kernelarena.evaluate.bytecode import bytecode_folder
 from kernelarena.evaluate.confine import landlock_abi
+from kernelarena.evaluate.isolation import walls
 from kernelarena.evaluate.jobs import Timeouts
 from kernelarena.evaluate.options import Options
 from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE
@@ -23,6 +24,11 @@ from tests.evaluate.bad_solutions import FIXTURES, trace_set
 
 ADVERSARIES = Path(__file__).parent.parent / "fixtures" / "adversarial"
 NUMERICAL = (Status.INCORRECT_NUMERICAL, True, "")
+# Inside namespaces the dataset is not in the sandbox's view and the trusted caches are bound
+# read-only; without them, Landlock refuses the writes.
+_WALLED = walls().available
+_OUT_OF_VIEW = "No such file or directory" if _WALLED else "PermissionError"
+_READ_ONLY = "Read-only file system" if _WALLED else "PermissionError"
 REJECTED = (Status.RUNTIME_ERROR, True, "timing rejected")
 
 # solution file -> (expected status, destination-passing style, a phrase the log must contain)
@@ -34,15 +40,19 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "forges_time_reply": REJECTED,
     "caches_output": (Status.INCORRECT_NUMERICAL, True, "reuses results across calls"),
     "reads_expected": NUMERICAL,
-    "writes_judge_files": (Status.RUNTIME_ERROR, True, "PermissionError"),
-    "plants_bytecode": (Status.RUNTIME_ERROR, True, "PermissionError"),
-    "plants_build_cache": (Status.RUNTIME_ERROR, True, "PermissionError"),
+    "writes_judge_files": (Status.RUNTIME_ERROR, True, _OUT_OF_VIEW),
+    "plants_bytecode": (Status.RUNTIME_ERROR, True, _READ_ONLY),
+    "plants_build_cache": (Status.RUNTIME_ERROR, True, _READ_ONLY),
     "forks_child": (Status.RUNTIME_ERROR, True, "process(es) running after its job"),
     "exits_early": (Status.RUNTIME_ERROR, True, "exited with code 0"),
     "signals_judge": (Status.RUNTIME_ERROR, True, "PermissionError"),
     "writes_late": NUMERICAL,
     "computes_only_when_poisoned": (Status.INCORRECT_NUMERICAL, True, "already held values"),
     "rewrites_input_when_timed": (Status.INCORRECT_NUMERICAL, True, "during the timed calls"),
+    "skips_work_when_timed": (Status.INCORRECT_NUMERICAL, True, "outputs of the timed calls"),
+    "wrong_after_many_calls": (Status.INCORRECT_NUMERICAL, True, "every timed call is checked"),
+    "caches_on_sampled_key": (Status.INCORRECT_NUMERICAL, True, "reuses results across calls"),
+    "returns_lazy_tensor": (Status.INCORRECT_SHAPE, False, "not a plain tensor"),
 }
 GRAPH_REJECTED = "timing rejected: one replay of the CUDA graph"
 GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {

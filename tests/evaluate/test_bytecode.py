@@ -49,7 +49,7 @@ def test_default_folder_is_out_of_every_sandbox_writable_folder(
     monkeypatch.setenv("KERNELARENA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     target = bytecode.bytecode_folder().resolve()
-    for writable in _sandbox_writable(tmp_path / "arena"):
+    for writable in _sandbox_writable():
         assert not target.is_relative_to(Path(writable).resolve()), writable
 
 

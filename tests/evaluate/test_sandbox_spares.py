@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernelarena.evaluate.confine import descendants, kill_all
 from kernelarena.evaluate.sandboxes import Sandboxes
 
 
@@ -12,7 +13,7 @@ def test_settle_waits_for_every_spare_and_drops_a_dead_one(tmp_path: Path) -> No
     try:
         sandboxes.spares.append(sandboxes._spawn())
         dead = sandboxes.spares[-1]
-        dead.process.kill()
+        kill_all([*descendants(dead.pid), dead.pid])  # bwrap, its init and the interpreter
         dead.process.wait()
         sandboxes.settle()
         assert dead not in sandboxes.spares

@@ -11,7 +11,7 @@ from kernelarena.evaluate.bytecode import keep_bytecode_here
 
 keep_bytecode_here()  # before the imports below, which it speeds up where no bytecode is kept
 
-from kernelarena.cli import datasets, dispatch, report, run, tune  # noqa: E402, F401
+from kernelarena.cli import datasets, dispatch, doctor, report, run, tune  # noqa: E402, F401
 from kernelarena.cli.common import app  # noqa: E402
 from kernelarena.cli.run import _selection  # noqa: E402
 

@@ -4,9 +4,28 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 NonEmptyString = Annotated[str, Field(min_length=1)]
+
+
+def check_path_component(name: str) -> str:
+    """A name the dataset layout makes into one file or folder name (``op_type``, a definition's
+    or solution's name): one component, so that what a dataset file says cannot place a write
+    elsewhere (``/etc``, ``../..``)."""
+    if "\0" in name:
+        raise ValueError(f"{name!r} holds a NUL character; names are single file names")
+    if name.startswith(("/", "\\")):
+        raise ValueError(f"'{name}' is an absolute path; names are single file names")
+    if "/" in name or "\\" in name:
+        raise ValueError(f"'{name}' holds a path separator; names are single file names")
+    if name in (".", ".."):
+        raise ValueError(f"'{name}' names a folder, not a file; names are single file names")
+    return name
+
+
+# A name that becomes one file or folder name in a dataset folder.
+PathComponent = Annotated[str, Field(min_length=1), AfterValidator(check_path_component)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 

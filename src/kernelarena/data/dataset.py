@@ -12,7 +12,6 @@ traces and workloads are appended one line at a time and flushed to disk.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,10 @@ from pydantic import ValidationError
 
 from kernelarena.data._base import Schema
 from kernelarena.data.constraints import unmet_constraint_problems
+from kernelarena.data.dataset_files import append_line as append_line  # re-exported
+from kernelarena.data.dataset_files import write_lines as _write_lines
+from kernelarena.data.dataset_files import write_new as _write_new
+from kernelarena.data.dataset_files import write_new_bytes
 from kernelarena.data.definition import AxisError, Definition
 from kernelarena.data.expressions import ExpressionError
 from kernelarena.data.problems import DatasetError as DatasetError  # re-exported
@@ -265,7 +268,7 @@ class TraceSet:
             )
         if persist and self.root is not None:
             path = self.root / "definitions" / definition.op_type / f"{definition.name}.json"
-            _write_new_model(path, definition, f"definition '{definition.name}'")
+            _write_new_model(path, definition, f"definition '{definition.name}'", self.root)
             self._index_definition(definition, self._label(path, self.root))
         else:
             self._index_definition(definition, "(added)")
@@ -290,7 +293,7 @@ class TraceSet:
         if persist and self.root is not None:
             folder = self.root / "solutions" / definition.op_type / definition.name
             path = folder / f"{solution.name}.json"
-            _write_new_model(path, solution, f"solution '{solution.name}'")
+            _write_new_model(path, solution, f"solution '{solution.name}'", self.root)
             self._index_solution(solution, self._label(path, self.root))
         else:
             self._index_solution(solution, "(added)")
@@ -335,7 +338,7 @@ class TraceSet:
             line = Trace(
                 definition=definition_name, workload=workload, solution=None, evaluation=None
             )
-            append_line(path, line)
+            append_line(path, line, root=self.root)
 
     def _same_uuid(self, definition: str, workload: Workload, path: Path | None) -> Workload | None:
         """The workload already known under this uuid, in memory or in the file at ``path``."""
@@ -365,7 +368,9 @@ class TraceSet:
                 if trace.definition in self.definitions
                 else "unknown"
             )
-            append_line(self.root / "traces" / op_type / f"{trace.definition}.jsonl", trace)
+            append_line(
+                self.root / "traces" / op_type / f"{trace.definition}.jsonl", trace, root=self.root
+            )
 
     def merge(self, other: TraceSet) -> None:
         """Add everything of ``other``; duplicates become problems, never silent replacements."""
@@ -394,13 +399,16 @@ class TraceSet:
         root = Path(root)
         for definition in self.definitions.values():
             _write_new(
-                root / "definitions" / definition.op_type / f"{definition.name}.json", definition
+                root / "definitions" / definition.op_type / f"{definition.name}.json",
+                definition,
+                root=root,
             )
         for solution in self.solutions.values():
             op_type = self.definitions[solution.definition].op_type
             _write_new(
                 root / "solutions" / op_type / solution.definition / f"{solution.name}.json",
                 solution,
+                root=root,
             )
         for definition_name, workloads in self.workloads.items():
             op_type = self.definitions[definition_name].op_type
@@ -408,7 +416,9 @@ class TraceSet:
                 Trace(definition=definition_name, workload=w, solution=None, evaluation=None)
                 for w in workloads
             ]
-            _write_lines(root / "workloads" / op_type / f"{definition_name}.jsonl", lines)
+            _write_lines(
+                root / "workloads" / op_type / f"{definition_name}.jsonl", lines, root=root
+            )
             for workload in workloads:
                 self._copy_blobs(workload, root)
         for definition_name, traces in self.traces.items():
@@ -417,7 +427,7 @@ class TraceSet:
                 if definition_name in self.definitions
                 else "unknown"
             )
-            _write_lines(root / "traces" / op_type / f"{definition_name}.jsonl", traces)
+            _write_lines(root / "traces" / op_type / f"{definition_name}.jsonl", traces, root=root)
 
     def _copy_blobs(self, workload: Workload, root: Path) -> None:
         for spec in workload.inputs.values():
@@ -428,11 +438,10 @@ class TraceSet:
                     continue
                 if not source.is_file():
                     continue  # missing here too: the copy is as complete as the original
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(source.read_bytes())
+                write_new_bytes(target, source.read_bytes(), root=root)
 
 
-def _write_new_model(path: Path, model: Schema, what: str) -> None:
+def _write_new_model(path: Path, model: Schema, what: str, root: Path) -> None:
     """Write a new file, or leave one that already holds the same model; another is an error."""
     if path.is_file():
         try:
@@ -445,46 +454,4 @@ def _write_new_model(path: Path, model: Schema, what: str) -> None:
             f"{what}: {path} holds another one of that name; not replacing it (give the new one "
             "another name, or delete the file)"
         )
-    _write_new(path, model)
-
-
-def _write_new(path: Path, model: Schema) -> None:
-    _write_text(path, json.dumps(model.to_json_dict(), indent=2, ensure_ascii=False) + "\n")
-
-
-def _write_lines(path: Path, models: list[Trace]) -> None:
-    _write_text(path, "".join(m.to_json() + "\n" for m in models))
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a new file; an existing file must already say the same."""
-    if path.exists():
-        if path.read_text(encoding="utf-8") == text:
-            return
-        raise FileExistsError(f"{path} exists with other content; not replacing it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
-def append_line(path: Path, model: Schema) -> None:
-    """Append one JSON line and make it durable before returning (a kill loses nothing written).
-    A last line without its newline is either complete (kept, and ended) or torn by a kill in the
-    middle of its write (removed: it recorded nothing, and ``--resume`` runs its job again)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = model.to_json() + "\n"
-    with open(path, "a+b") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() > 0:
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                handle.seek(0)
-                data = handle.read()
-                start = data.rfind(b"\n") + 1
-                try:
-                    json.loads(data[start:])
-                    line = "\n" + line
-                except ValueError:
-                    handle.truncate(start)
-        handle.write(line.encode("utf-8"))
-        handle.flush()
-        os.fsync(handle.fileno())
+    _write_new(path, model, root=root)

@@ -25,7 +25,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema, Tagged
+from kernelarena.data._base import (
+    NonEmptyString,
+    NonNegativeInt,
+    PathComponent,
+    Schema,
+    Tagged,
+)
 from kernelarena.data.constraints import (
     Shape,
     ValuePlan,
@@ -72,11 +78,15 @@ class TensorSpec(Schema):
 
 
 class Tolerance(Schema):
-    """``|out - ref| <= atol + rtol * |ref|`` on at least ``required_matched_ratio`` of elements."""
+    """``|out - ref| <= atol + rtol * |ref|`` on at least ``required_matched_ratio`` of elements;
+    and (ours) the solution's error against the reference computed in float64 at most
+    ``max_error_ratio`` times the reference's own (``evaluate.error_ratio``; its default where
+    this is None)."""
 
     atol: float = Field(ge=0)
     rtol: float = Field(ge=0)
     required_matched_ratio: float = Field(default=1.0, gt=0, le=1)
+    max_error_ratio: float | None = Field(default=None, gt=0)
 
 
 DEFAULT_TOLERANCES: dict[DType, Tolerance] = {
@@ -95,8 +105,8 @@ class AxisError(ValueError):
 
 
 class Definition(Schema):
-    name: NonEmptyString
-    op_type: NonEmptyString
+    name: PathComponent
+    op_type: PathComponent
     axes: dict[NonEmptyString, Axis]
     inputs: dict[NonEmptyString, TensorSpec]
     outputs: dict[NonEmptyString, TensorSpec]

@@ -7,7 +7,7 @@ from pathlib import PurePosixPath
 
 from pydantic import Field, field_validator, model_validator
 
-from kernelarena.data._base import NonEmptyString, Schema
+from kernelarena.data._base import NonEmptyString, PathComponent, Schema
 from kernelarena.data.definition import _content_hash
 
 
@@ -64,8 +64,8 @@ class BuildSpec(Schema):
 
 
 class Solution(Schema):
-    name: NonEmptyString
-    definition: NonEmptyString
+    name: PathComponent
+    definition: PathComponent
     author: NonEmptyString
     spec: BuildSpec
     sources: list[SourceFile] = Field(min_length=1)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from kernelarena.data._base import NonEmptyString, Schema
+from kernelarena.data._base import NonEmptyString, PathComponent, Schema
 from kernelarena.data.workload import Workload
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ class Correctness(Schema):
     max_relative_error: float = 0.0
     max_absolute_error: float = 0.0
     extra: dict[str, Any] | None = None
+    # ours: the worst output's normwise error against the reference computed in float64, over
+    # the reference's own (``evaluate.error_ratio``); None where it was not measured.
+    error_ratio: float | None = None
 
     @field_validator("max_relative_error", "max_absolute_error")
     @classmethod
@@ -117,7 +120,7 @@ class TraceHashes(Schema):
 
 
 class Trace(Schema):
-    definition: NonEmptyString
+    definition: PathComponent  # names the workload and trace files
     workload: Workload
     solution: str | None = None
     evaluation: Evaluation | None = None

@@ -4,8 +4,9 @@ before the program that uses apply starts, so its first call pays no compile.
 What "built" means per language: CUDA/C++ is compiled (for the solution's target, sm_90a, also on
 a machine without a GPU); Python and Triton sources are written to the cache and imported. Triton
 compiles a kernel on its first launch for the shapes' specializations: with a GPU here and
-``warm``, each winner is called once on inputs of a workload it won, which fills Triton's and
-torch.compile's caches as well.
+``warm``, each of the library's winners is called once on inputs of a workload it won, which
+fills Triton's and torch.compile's caches as well. A solution from outside the library is
+built in a sandbox and not warmed (``confined_build``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from typing import Any, Literal
 import torch
 
 from kernelarena.build import BuildError, DependencyMissing, Runnable, build_solution
-from kernelarena.data import Definition, Trace, TraceSet
+from kernelarena.data import Definition, Solution, Trace, TraceSet
+from kernelarena.dispatch.confined_build import build_in_sandbox
 from kernelarena.dispatch.runtime import describe_device
 from kernelarena.dispatch.store import load_or_build
 from kernelarena.dispatch.table import ApplyTable, workload_key
 from kernelarena.evaluate.environment import hardware_name
 from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
+from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE, namespace_of
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,8 @@ def _build_one(
     solution = trace_set.solutions.get(name)
     if solution is None:
         return Built(definition.name, name, hardware, "skipped", "not in the dataset")
+    if namespace_of(solution) != LIBRARY_NAMESPACE:
+        return _built_in_sandbox(definition, solution, hardware, device)
     try:
         runnable = build_solution(definition, solution, device)
     except DependencyMissing as error:
@@ -131,6 +136,20 @@ def _build_one(
     except Exception as error:  # the build stands; warming is a courtesy
         return Built(definition.name, name, hardware, "built", f"warm-up failed: {error}"[:300])
     return Built(definition.name, name, hardware, "warmed", detail)
+
+
+def _built_in_sandbox(
+    definition: Definition, solution: Solution, hardware: str, device: str
+) -> Built:
+    """A solution from outside the library, built confined (``confined_build``), never warmed."""
+    reply = build_in_sandbox(definition, solution, device)
+    if "skipped" in reply:
+        return Built(definition.name, solution.name, hardware, "skipped", str(reply["skipped"]))
+    if "ok" not in reply:
+        detail = str(reply.get("build_error") or reply.get("error") or reply)
+        return Built(definition.name, solution.name, hardware, "failed", detail[:300])
+    artifact = str(reply.get("metadata", {}).get("artifact", ""))
+    return Built(definition.name, solution.name, hardware, "built", artifact)
 
 
 def _won_trace(

@@ -14,9 +14,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from kernelarena.evaluate import seccomp
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
@@ -103,6 +106,60 @@ def confine_writes(writable: Iterable[str | Path]) -> str:
         os.close(ruleset)
     signals = ", signals" if scoped else ""
     return f"Landlock ABI {abi}: writes confined, ptrace{signals} scoped"
+
+
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+# A file a sandbox writes (its log included) stops growing here: SIGXFSZ, or EFBIG where caught.
+FILE_BYTES = 1 << 30
+
+
+def drop_capabilities() -> str:
+    """No capabilities now, none to regain by running a program (the bounding set emptied): a
+    sandbox started as root keeps root's file ownership, not root's powers. Returns what holds."""
+    libc = _libc()
+    for capability in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
+            break  # EINVAL: past the last capability this kernel knows
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    libc.capset(header, (ctypes.c_uint32 * 6)())
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    held = _status_fields("CapEff", "CapPrm", "CapBnd")
+    if os.geteuid() != 0:
+        # Without root, and with no_new_privs, the bounding set grants nothing on exec.
+        held.pop("CapBnd", None)
+    if all(int(value, 16) == 0 for value in held.values()):
+        return "no capabilities"
+    return "capabilities remain (" + ", ".join(f"{k} {v}" for k, v in held.items()) + ")"
+
+
+def _status_fields(*names: str) -> dict[str, str]:
+    found = {}
+    with contextlib.suppress(OSError), open("/proc/self/status") as handle:
+        for line in handle:
+            name, _, value = line.partition(":")
+            if name in names:
+                found[name] = value.strip()
+    return found
+
+
+def limit_resources(file_bytes: int) -> str:
+    """No file written past ``file_bytes`` (the log is one), no core dumps (a CUDA process's core
+    is its whole address space)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return f"files up to {file_bytes >> 20} MiB"
+
+
+def confine_sandbox(writable: Iterable[str | Path]) -> str:
+    """Every layer a sandbox raises inside its walls (``isolation``), before solution code
+    loads: resource limits, no capabilities, Landlock, seccomp. Returns what holds."""
+    file_bytes = int(os.environ.get("KERNELARENA_SANDBOX_FILE_BYTES", FILE_BYTES))
+    held = [limit_resources(file_bytes), drop_capabilities(), confine_writes(writable)]
+    held.append(seccomp.load())
+    return "; ".join(held)
 
 
 def die_with_parent() -> None:

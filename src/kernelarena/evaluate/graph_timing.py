@@ -20,6 +20,7 @@ from kernelarena.evaluate.timing import (
     Call,
     Timing,
     lead_spin_cycles,
+    reset_persisting_l2,
     summarize,
     time_cuda,
 )
@@ -164,6 +165,7 @@ def time_replays(
     for replay in range(replays):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        reset_persisting_l2()
         if spin_cycles:
             torch.cuda._sleep(spin_cycles)
         start.record(stream)
@@ -219,32 +221,36 @@ def probe_cuda_graph(
     return summarize(samples, "cuda_graph_probe")
 
 
-def prefers_graph(fn: Call, device: torch.device, *, warmup: int, graph_below_us: float) -> bool:
-    """The GPU time of a call decides the mode: under ``graph_below_us``, CUDA graphs (launch
-    gaps would dominate per-call events), so the longer event run is spent only where it is
-    used. A few calls timed with events give the GPU time when the GPU is the slower side;
-    when the host takes as long to submit a call as the events measured (an autotuned Triton
-    launcher: 70-110 us of Python for a 2-35 us kernel), events measure the host, and a graph
-    of two calls replayed gives the GPU time instead. Long GPU-bound calls (a copy of a GiB)
-    are never captured by the probe. A call that cannot be captured is timed with events."""
-    if device.type != "cuda":
-        return False
+def prefers_graph(
+    fn: Call, device: torch.device, *, warmup: int, graph_below_us: float, allow_graph: bool = True
+) -> tuple[bool, bool]:
+    """Whether to time with CUDA graphs, and whether a capture was tried and failed. The GPU time
+    of a call decides the mode: under ``graph_below_us``, CUDA graphs (launch gaps would dominate
+    per-call events), so the longer event run is spent only where it is used. A few calls timed
+    with events give the GPU time when the GPU is the slower side; when the host takes as long to
+    submit a call as the events measured (an autotuned Triton launcher: 70-110 us of Python for a
+    2-35 us kernel), events measure the host, and a graph of two calls replayed gives the GPU
+    time instead. Long GPU-bound calls (a copy of a GiB) are never captured by the probe. A call
+    that cannot be captured is timed with events; so is every call without ``allow_graph`` (the
+    judge's retry of a solution whose failed capture broke its process)."""
+    if device.type != "cuda" or not allow_graph:
+        return False, False
     with torch.no_grad():
         events = time_cuda(
             fn, device, warmup=warmup, max_iterations=5, min_iterations=5, budget_ms=0.0
         )
         if events.median_ms * 1e3 < graph_below_us:
-            return True
+            return True, False
         submitted = time.perf_counter()
         for i in range(3):
             fn(i)
         host_ms = (time.perf_counter() - submitted) * 1e3 / 3
         torch.cuda.synchronize(device)
         if host_ms < 0.5 * events.median_ms:
-            return False  # the GPU is the slower side: the events measured it
+            return False, False  # the GPU is the slower side: the events measured it
         try:
             probe = probe_cuda_graph(fn, device, warmup=warmup)
         except Exception:  # not capturable; a call that fails outright fails again in events
             torch.cuda.synchronize(device)
-            return False
-    return probe.median_ms * 1e3 < graph_below_us
+            return False, True
+    return probe.median_ms * 1e3 < graph_below_us, False

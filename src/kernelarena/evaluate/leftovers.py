@@ -4,8 +4,12 @@ A run removes its own folders when it ends (``LocalExecutor.close``, a Ray actor
 A process killed with SIGKILL cannot: a ``kernelarena run`` killed from outside, a Ray actor its
 solution or its node took down. So every such folder carries an owner file (the creating process's
 pid and start time, which tells a reused pid apart), and an executor that starts removes the
-folders whose owner is gone, with the shared-memory arenas named after them. A folder without an
-owner file is left alone: nothing says whose it is.
+folders whose owner is gone. A folder without an owner file is left alone: nothing says whose it is.
+
+The arena, the memory judge and sandboxes share, has no name (``arena``: memfds and CUDA memory
+passed by descriptor), so the kernel frees it with the last process that maps it, SIGKILL or not.
+Earlier releases kept it in /dev/shm folders named after the log folder; those a killed run of such a
+release left are removed with their log folder.
 """
 
 from __future__ import annotations
@@ -61,8 +65,8 @@ def owner_gone(folder: Path) -> bool:
 
 
 def sweep(temp_root: Path | None = None, shared_memory: Path = SHARED_MEMORY) -> list[Path]:
-    """Remove the folders of dead owners under ``temp_root`` (the temporary folder) and their
-    arenas in ``shared_memory``; returns the folders removed."""
+    """Remove the folders of dead owners under ``temp_root`` (the temporary folder) and the
+    /dev/shm arenas of earlier releases named after them; returns the folders removed."""
     root = temp_root or Path(tempfile.gettempdir())
     removed = []
     for prefix in PREFIXES:
@@ -76,7 +80,6 @@ def sweep(temp_root: Path | None = None, shared_memory: Path = SHARED_MEMORY) ->
 
 
 def remove_arenas(folder: Path, shared_memory: Path = SHARED_MEMORY) -> None:
-    """The shared-memory arenas named after ``folder`` (a worker's log folder: see
-    ``worker._arena_folder``)."""
+    """The /dev/shm arenas earlier releases named after ``folder`` (a worker's log folder)."""
     for arena in shared_memory.glob(f"{folder.name}-arena-*"):
         shutil.rmtree(arena, ignore_errors=True)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelarena.evaluate.bytecode import with_bytecode
 from kernelarena.evaluate.jobs import JobResult, Timeouts
-from kernelarena.evaluate.leftovers import mark_owner, remove_arenas, sweep
+from kernelarena.evaluate.leftovers import mark_owner, sweep
 from kernelarena.evaluate.worker import read_tail
 
 if TYPE_CHECKING:
@@ -108,8 +108,8 @@ class LocalExecutor:
         self._remove_folders()
 
     def _remove_folders(self) -> None:
-        """The workers' logs (their content is in the traces) and arenas a killed worker left."""
-        remove_arenas(self.log_dir)
+        """The workers' logs (their content is in the traces) and the sandboxes' temporary
+        folders inside. (The arena has no name to remove: ``arena``.)"""
         if self._owns_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 

@@ -31,6 +31,9 @@ class Options:
     budget_ms: float = 100.0
     graph_below_us: float = 100.0
     keep_samples: bool = True
+    # False: time with CUDA events only, never capturing a graph (the judge's retry of a solution
+    # whose failed capture broke its process, or a user's choice).
+    allow_graph: bool = True
 
 
 def make_trace(

@@ -33,8 +33,8 @@ class _Bound:
     slots: list[int] = field(default_factory=list)  # for each returned value: its destination
 
 
-# Requests whose calls someone times: the sandbox (probe, time), the judge (eager, replay).
-_TIMED = frozenset({"probe", "time", "eager", "replay", "replay_check"})
+# Requests whose calls someone may time: the sandbox (probe, time), the judge (eager, replay).
+_TIMED = frozenset({"probe", "time", "eager", "replay"})
 
 
 class Sandbox:
@@ -52,13 +52,18 @@ class Sandbox:
         self.chunks: dict[int, Any] = {}
         self.graph: Any = None
         self.graph_calls = 0
-        self.graph_last: tuple[int, Any] | None = None  # the graph's last call: set id, result
+        self.graph_sets: list[int] = []  # the sets the graph's calls rotate over
+        self.graph_results: list[Any] = []  # a value-returning solution's results, one per set
         # The first sandbox of a judge warms Triton beside its first job's build and checks
         # (``_warm_triton``), if that job's solution may use Triton, until a timed request or ping.
         self.warm_pending = False
         self.warming: threading.Thread | None = None
         self.writable, self.confined = list(writable), confined
         self.namespace: str | None = None  # the solution's caches (``solution_caches``)
+        if not self.on_gpu:
+            # CPU timings check, they rank nothing: one thread, so that the solution's calls do
+            # not fight the judge's own threads for a machine's few cores.
+            torch.set_num_threads(1)
         self.caches = ""  # where they are and what confines them, for the build's reply
 
     def serve(self) -> None:
@@ -146,26 +151,38 @@ class Sandbox:
         except BuildError as error:
             return {"build_error": str(error)[-8000:]}
         metadata = {k: str(v) for k, v in self.runnable.metadata.items()}
+        metadata["artifact"] = str(self.runnable.artifact or "")
         if self.caches:
             metadata["caches"] = self.caches
         return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
 
-    def _bind(self, new_chunks: dict[int, Any], bindings: list[tuple[Any, ...]]) -> dict[str, Any]:
-        """Sets the judge carved from its arena: (id, layout, arguments, input count, slots) each."""
-        from kernelarena.evaluate.arena import open_chunk, view_layout
+    def _bind(
+        self, new_buffers: dict[int, tuple[str, int, bool, bytes]], bindings: list[tuple[Any, ...]]
+    ) -> dict[str, Any]:
+        """Sets the judge carved from its arena: (id, layout, arguments, input count, slots) each,
+        in buffers mapped before or described in ``new_buffers`` (their descriptors follow the
+        request). A large set's own buffer lives as long as the set's tensors."""
+        from kernelarena.evaluate.arena import open_buffers, view_layout
+        from kernelarena.evaluate.descriptors import receive_fds
 
-        for chunk, handle in new_chunks.items():
-            self.chunks[chunk] = open_chunk(handle)
+        count = sum(1 for kind, _, _, _ in new_buffers.values() if kind != "cuda_ipc")
+        fds = receive_fds(self.conn, count) if count else []
+        opened = open_buffers(self.device, new_buffers, fds)
+        self.chunks.update({i: buffer for i, (buffer, kept) in opened.items() if kept})
+        buffers = {**self.chunks, **{i: buffer for i, (buffer, _) in opened.items()}}
         for set_id, layout, arguments, input_count, slots in bindings:
-            tensors = view_layout(self.chunks, layout)
+            tensors = view_layout(buffers, layout)
             values = [tensors[item] if kind == "tensor" else item for kind, item in arguments]
             self.sets[set_id] = _Bound(values, tensors[input_count:], slots)
         return {"ok": True}
 
     def _forget(self, set_ids: list[int]) -> dict[str, Any]:
+        from kernelarena.evaluate.arena import release_unused
+
         for set_id in set_ids:
             self.sets.pop(set_id, None)
-        self.graph, self.graph_last = None, None
+        self.graph, self.graph_sets, self.graph_results = None, [], []
+        release_unused(self.device)
         return {"ok": True}
 
     def _arguments(self, bound: _Bound) -> list[Any]:
@@ -173,26 +190,44 @@ class Sandbox:
             return bound.arguments + bound.outputs
         return bound.arguments
 
-    def _call(self, set_id: int) -> dict[str, Any]:
-        bound = self.sets[set_id]
-        with self.torch.no_grad():
-            result = self.runnable(*self._arguments(bound))
-            self._sync()
-            returned = (
-                None if self.runnable.destination_passing_style else self._deliver(bound, result)
-            )
+    def _calls(self, set_ids: list[int]) -> tuple[Any, list[Any]]:
+        """``fn(i)``, a call on set ``set_ids[i % len(set_ids)]``, and the list holding each set's
+        last result (``graph_timing.held_per_set``). The one way every request calls the
+        solution, checked or timed alike: nothing in how it is called tells the two apart, and
+        the judge checks the outputs of every pass (``pass_check``)."""
+        from kernelarena.evaluate.graph_timing import held_per_set
+
+        bound = [self._arguments(self.sets[i]) for i in set_ids]
+        runnable = self.runnable
+        return held_per_set(lambda i: runnable(*bound[i % len(bound)]), len(bound))
+
+    def _delivered(self, set_ids: list[int], results: list[Any]) -> list[Any] | None:
+        """A value-returning solution's last result on each set copied into the judge's buffers of
+        that set, and what each was (``_deliver``); None for a destination-passing solution."""
+        if self.runnable.destination_passing_style:
+            return None
+        described = [
+            self._deliver(self.sets[set_id], result) if result is not None else None
+            for set_id, result in zip(set_ids, results, strict=False)
+        ]
         self._sync()
-        return {"ok": True, "returned": returned}
+        return described
 
     def _deliver(self, bound: _Bound, result: Any) -> list[dict[str, Any]]:
         """Describe a value-returning call's results and copy those that fit into the judge's
-        destinations, where the judge compares them."""
+        destinations, where the judge compares them. Only a plain ``torch.Tensor`` on this
+        device counts as a result: a subclass or a lazy value could do its work when it is read,
+        after the timed calls."""
         torch = self.torch
         values = list(result) if isinstance(result, tuple | list) else [result]
         described: list[dict[str, Any]] = []
         for index, value in enumerate(values):
-            if not isinstance(value, torch.Tensor):
-                described.append({"type": type(value).__name__})
+            if type(value) is not torch.Tensor:
+                kind = "Tensor subclass " if isinstance(value, torch.Tensor) else ""
+                described.append({"type": kind + type(value).__name__})
+                continue
+            if not _on(value.device, self.device):
+                described.append({"type": f"Tensor on {value.device}"})
                 continue
             described.append(
                 {"type": "Tensor", "dtype": str(value.dtype), "shape": list(value.shape)}
@@ -204,21 +239,18 @@ class Sandbox:
                     target.copy_(value)
         return described
 
-    def _caller(self, set_ids: list[int]) -> Any:
-        bound = [self._arguments(self.sets[i]) for i in set_ids]
-        runnable = self.runnable
-        return lambda i: runnable(*bound[i % len(bound)])
-
     def _probe(self, set_ids: list[int], options: dict[str, Any]) -> dict[str, Any]:
         from kernelarena.evaluate.graph_timing import prefers_graph
 
-        graph = prefers_graph(
-            self._caller(set_ids),
+        fn, _ = self._calls(set_ids)
+        graph, capture_failed = prefers_graph(
+            fn,
             self.device,
             warmup=options["warmup"],
             graph_below_us=options["graph_below_us"],
+            allow_graph=options.get("allow_graph", True),
         )
-        return {"graph": graph}
+        return {"graph": graph, "capture_failed": capture_failed}
 
     def _time(self, set_ids: list[int], options: dict[str, Any], graph: bool) -> dict[str, Any]:
         compiles = _dynamo_frames()
@@ -230,12 +262,16 @@ class Sandbox:
         from kernelarena.evaluate.graph_timing import graph_calls
         from kernelarena.evaluate.timing import time_events_or_clock
 
-        torch, fn = self.torch, self._caller(set_ids)
+        torch = self.torch
+        capture_failed = False
         with torch.no_grad():
             if graph:
-                samples = self._graph_samples(fn, set_ids, graph_calls(len(set_ids)), options)
+                samples = self._graph_samples(set_ids, graph_calls(len(set_ids)), options)
                 if samples is not None:
-                    return {"mode": "cuda_graph", "samples_ms": samples}
+                    returned = self._delivered(set_ids, self.graph_results)
+                    return {"mode": "cuda_graph", "samples_ms": samples, "returned": returned}
+                capture_failed = True
+            fn, results = self._calls(set_ids)
             timing = time_events_or_clock(
                 fn,
                 self.device,
@@ -244,76 +280,74 @@ class Sandbox:
                 min_iterations=options["min_iterations"],
                 budget_ms=options["budget_ms"],
             )
-        return {"mode": timing.mode, "samples_ms": timing.samples_ms}
+            returned = self._delivered(set_ids, results)
+        return {
+            "mode": timing.mode,
+            "samples_ms": timing.samples_ms,
+            "returned": returned,
+            "capture_failed": capture_failed,
+        }
 
     def _graph_samples(
-        self, fn: Any, set_ids: list[int], calls: int, options: dict[str, Any]
+        self, set_ids: list[int], calls: int, options: dict[str, Any]
     ) -> list[float] | None:
-        """Capture ``calls`` calls of ``fn`` (over ``set_ids``) in one graph, kept for the judge's
-        ``replay``; time its replays. A value-returning solution's results are held per set
-        (``held_per_set``), so its outputs rotate through fresh memory as a destination-passing
-        solution's do; the last call's result is kept after the capture (its memory is the
-        graph's: a replay rewrites it), so that ``replay_check`` can deliver what the graph
-        computes."""
-        from kernelarena.evaluate.graph_timing import capture_graph, held_per_set, time_replays
+        """Capture ``calls`` calls over ``set_ids`` in one graph, kept for the judge's ``replay``;
+        time its replays. A value-returning solution's results are held per set, so its outputs
+        rotate through fresh memory as a destination-passing solution's do; they are the graph's
+        memory after the capture (a replay rewrites them), so that every pass over the graph can
+        deliver what it computed."""
+        from kernelarena.evaluate.graph_timing import capture_graph, time_replays
 
         torch, device = self.torch, self.device
-        held, results = held_per_set(fn, len(set_ids))
+        fn, results = self._calls(set_ids)
         try:
-            graph = capture_graph(held, device, calls=calls, warmup=options["warmup"])
+            graph = capture_graph(fn, device, calls=calls, warmup=options["warmup"])
         except Exception:  # not capturable: host syncs, allocations outside the graph pool
             torch.cuda.synchronize(device)
             return None
         self.graph, self.graph_calls = graph, calls
-        last = (calls - 1) % len(set_ids)
-        self.graph_last = (set_ids[last], results[last])
+        self.graph_sets, self.graph_results = list(set_ids), results
         timing = time_replays(graph, device, calls, budget_ms=options.get("graph_budget_ms"))
         return timing.samples_ms
 
-    def _eager(self, set_ids: list[int], count: int, deliver: bool) -> dict[str, Any]:
+    def _eager(self, set_ids: list[int], count: int) -> dict[str, Any]:
         """``count`` calls over the sets in turn, back to back, then the device synchronized: the
-        judge's clock runs around this request. With ``deliver``, each set is called once and a
-        value-returning solution's results land in the judge's buffers. The reply's ``host_ms``:
-        the time the calls took to return, before the synchronization (the host's submit time; a
-        claim the judge bounds by its own clock)."""
-        from kernelarena.evaluate.graph_timing import held_per_set
+        judge's clock runs around this request, and its checks of correctness use it too (one call
+        per set). A value-returning solution's last result on each set then lands in the judge's
+        buffers. The reply's ``host_ms``: the time the calls took to return, before the
+        synchronization (the host's submit time; a claim the judge bounds by its own clock)."""
+        from kernelarena.evaluate.timing import reset_persisting_l2
 
-        fn, results = held_per_set(self._caller(set_ids), len(set_ids))
+        fn, results = self._calls(set_ids)
+        if self.on_gpu:
+            reset_persisting_l2()
         with self.torch.no_grad():
             began = time.perf_counter()
             for i in range(count):
                 fn(i)
             host_ms = (time.perf_counter() - began) * 1e3
             self._sync()
-            if deliver and not self.runnable.destination_passing_style:
-                called = set_ids[:count]  # a slot holds None until its set is called
-                for set_id, result in zip(called, results, strict=False):
-                    self._deliver(self.sets[set_id], result)
-                self._sync()
-        return {"ok": True, "host_ms": host_ms}
+            returned = self._delivered(set_ids[:count], results)
+        return {"ok": True, "host_ms": host_ms, "returned": returned}
 
     def _replay(self, count: int) -> dict[str, Any]:
+        """``count`` replays of the timed graph, the device synchronized; a value-returning
+        solution's results of the graph's calls then land in the judge's buffers of their sets."""
+        from kernelarena.evaluate.timing import reset_persisting_l2
+
         if self.graph is None:
             return {"error": "no graph was captured", "kind": "runtime", "healthy": True}
+        reset_persisting_l2()
         for _ in range(count):
             self.graph.replay()
         self._sync()
-        return {"ok": True, "calls": self.graph_calls}
+        returned = self._delivered(self.graph_sets, self.graph_results)
+        return {"ok": True, "calls": self.graph_calls, "returned": returned}
 
-    def _replay_check(self) -> dict[str, Any]:
-        """One replay of the timed graph, the device synchronized; a value-returning solution's
-        last call's results then land in the judge's buffers of its set (the judge checks them)."""
-        reply = self._replay(1)
-        if (
-            "ok" in reply
-            and self.graph_last is not None
-            and not self.runnable.destination_passing_style
-        ):
-            set_id, result = self.graph_last
-            if result is not None and set_id in self.sets:
-                self._deliver(self.sets[set_id], result)
-                self._sync()
-        return reply
+
+def _on(place: Any, device: Any) -> bool:
+    """Whether a tensor on ``place`` is on ``device`` ("cuda" and "cuda:0" alike)."""
+    return bool(place.type == device.type and (place.index or 0) == (device.index or 0))
 
 
 def _dynamo_frames() -> int:
@@ -353,13 +387,11 @@ def _warm_triton() -> None:
 
 
 def main(argv: list[str]) -> None:
-    fd, device_name, log_path = int(argv[0]), argv[1], argv[2]
-    first = argv[3] == "first"
-    writable = argv[4:]
-    from kernelarena.evaluate.confine import confine_writes, die_with_parent
-    from kernelarena.evaluate.worker import make_cuda_context, redirect_output
+    fd, device_name, first, writable = int(argv[0]), argv[1], argv[2] == "first", argv[3:]
+    from kernelarena.evaluate.confine import confine_sandbox, die_with_parent
+    from kernelarena.evaluate.worker import line_buffered_output, make_cuda_context
 
-    redirect_output(log_path)
+    line_buffered_output()  # the judge made descriptors 1 and 2 this sandbox's log
     die_with_parent()
     context = threading.Thread(target=make_cuda_context, args=(device_name,), name="cuda-context")
     if not device_name.startswith("cuda"):
@@ -375,16 +407,13 @@ def main(argv: list[str]) -> None:
         torch.cuda.set_device(device)
         torch.cuda.synchronize(device)
         context.join()
-    confinement = (
-        "not confined: KERNELARENA_UNCONFINED is set"
-        if os.environ.get("KERNELARENA_UNCONFINED") == "1"
-        else confine_writes(writable)
-    )
+    unconfined = os.environ.get("KERNELARENA_UNCONFINED") == "1"
+    confinement = "" if unconfined else confine_sandbox(writable)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     import kernelarena.build  # noqa: F401  (its imports, before the first request waits on them)
 
-    sandbox = Sandbox(conn, device, writable, confined=confinement.startswith("Landlock ABI"))
+    sandbox = Sandbox(conn, device, writable, confined="Landlock ABI" in confinement)
     if device.type != "cuda":
         with contextlib.suppress(ImportError):
             import triton  # noqa: F401  (as _warm_triton says; the interpreter has no cache key)
@@ -392,8 +421,9 @@ def main(argv: list[str]) -> None:
         sandbox.warm_pending = True
     else:
         _warm_triton()
-    print(f"kernelarena sandbox on {device_name}: {confinement}", flush=True)
-    conn.send_bytes(json.dumps({"ready": True, "confinement": confinement}).encode())
+    print(f"kernelarena sandbox on {device_name}: {confinement or 'not confined'}", flush=True)
+    ready = {"ready": True, "confinement": confinement, "pid": os.getpid()}
+    conn.send_bytes(json.dumps(ready).encode())
     sandbox.serve()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -17,15 +17,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from kernelarena.evaluate.bytecode import with_bytecode
+from kernelarena.evaluate import isolation
 from kernelarena.evaluate.confine import descendants, kill_all
+from kernelarena.evaluate.descriptors import send_fds
 from kernelarena.evaluate.worker import read_tail
 
 REPLY_LIMIT = 1 << 20
@@ -45,7 +46,6 @@ class Sandbox:
         self.log_path = log_path
         self.key: str | None = None
         self.builds: dict[str, dict[str, Any]] = {}
-        self.chunks: set[int] = set()  # the arena chunks this sandbox has mapped
         self.round_trip_ms: float | None = None
         self.confinement = ""
         parent, child = Pipe()
@@ -55,21 +55,26 @@ class Sandbox:
             "kernelarena.evaluate.sandbox",
             str(child.fileno()),
             device,
-            str(log_path),
             "first" if first else "spare",  # the first is waited for at once (sandbox._warm_triton)
             *writable,
         ]
-        environment = dict(
-            with_bytecode(dict(os.environ), writes=False),
-            PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
-            TMPDIR=str(tmp),
-            # Inductor's compile workers would be processes left running after a job.
-            TORCHINDUCTOR_COMPILE_THREADS="1",
-        )
-        self.process = subprocess.Popen(
-            command, pass_fds=(child.fileno(),), env=environment, stdin=subprocess.DEVNULL
-        )
+        self.walls = isolation.walls()
+        command, environment = isolation.walled(command, writable, tmp, self.walls)
+        with open(log_path, "ab") as log:  # the sandbox sees its log only as its stdout and stderr
+            self.process = subprocess.Popen(
+                command,
+                pass_fds=(child.fileno(),),
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                # Without namespaces, at least no controlling terminal (bwrap makes a session).
+                start_new_session=not self.walls.available,
+            )
         child.close()
+        # The processes that are the sandbox itself (bwrap's and the interpreter), found when it
+        # says it is ready, before any solution code runs: every other one is the solution's.
+        self._own: set[int] = {self.process.pid}
         self.conn: Connection = parent
         self._ready = False
 
@@ -94,19 +99,32 @@ class Sandbox:
         reply = self._receive(timeout)
         if not reply.get("ready"):
             raise SandboxDied(f"the sandbox did not start: {reply}")
-        self.confinement = str(reply.get("confinement", ""))
+        self.confinement = isolation.describe(self.walls, str(reply.get("confinement", "")))
+        self._own |= isolation.sandbox_processes(self.process.pid, reply.get("pid"))
         self._ready = True
         with quiet():
             self.round_trip_ms = min(self._timed_ping() for _ in range(3))
+
+    def refresh_round_trip(self) -> None:
+        """Keep the least round trip seen: one measured while the machine was busy, subtracted
+        from every later clock, would shrink honest figures."""
+        least = min(self._timed_ping() for _ in range(3))
+        self.round_trip_ms = min(self.round_trip_ms or least, least)
 
     def _timed_ping(self) -> float:
         started = time.perf_counter()
         self.request("ping")
         return (time.perf_counter() - started) * 1e3
 
-    def request(self, *message: Any, timeout: float | None = None) -> dict[str, Any]:
+    def request(
+        self, *message: Any, timeout: float | None = None, fds: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        """Send ``message`` (and pass ``fds`` right behind it: ``descriptors.receive_fds``), then wait
+        for the reply."""
         try:
             self.conn.send(message)
+            if fds:
+                send_fds(self.conn, list(fds))
         except (OSError, BrokenPipeError):
             raise SandboxDied(self._death_note()) from None
         return self._receive(timeout)
@@ -131,11 +149,15 @@ class Sandbox:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return "the solution's process stopped answering\n" + read_tail(str(self.log_path))
+        if code > 128 and self.walls.available:
+            code = 128 - code  # bwrap's init exits with 128 + the signal that killed the sandbox
         if code < 0:
             try:
                 cause = f"died from signal {signal.Signals(-code).name}"
             except ValueError:
                 cause = f"died from signal {-code}"
+            if -code == signal.SIGXFSZ:
+                cause += " (a file it wrote, its output included, reached the sandbox's limit)"
         else:
             cause = f"exited with code {code}"
         return f"the solution's process {cause} during its job\n" + read_tail(str(self.log_path))
@@ -154,7 +176,7 @@ class Sandbox:
 
     def strays(self) -> list[int]:
         """Processes the solution started that still run once its job is over."""
-        return descendants(self.pid)
+        return [pid for pid in descendants(self.pid) if pid not in self._own]
 
     def log_size(self) -> int:
         try:
@@ -163,13 +185,9 @@ class Sandbox:
             return 0
 
     def log_since(self, offset: int, limit: int = 6000) -> str:
-        try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(offset)
-                data = handle.read()
-        except OSError:
-            return ""
-        return data[-limit:].decode("utf-8", errors="replace")
+        """At most the last ``limit`` bytes written after ``offset``: a solution that prints
+        gigabytes costs the judge a seek."""
+        return read_tail(str(self.log_path), limit, since=offset)
 
     def retire(self) -> None:
         """Killed at once; reaped in the background (a process with a CUDA context takes ~0.1 s
@@ -193,6 +211,7 @@ class Sandboxes:
             os.environ.get("KERNELARENA_SPARE_SANDBOXES", "2" if device.startswith("cuda") else "1")
         )
         self._spawned = 0
+        self._stopped = 0  # the depth of ``spares_stopped``
         self.current: Sandbox | None = None
         self.spares: list[Sandbox] = [self._spawn() for _ in range(max(self.spare_count, 1))]
 
@@ -238,6 +257,22 @@ class Sandboxes:
             except SandboxDied:
                 spare.retire()
                 self.spares.remove(spare)
+
+    @contextlib.contextmanager
+    def spares_stopped(self) -> Iterator[None]:
+        """The spare sandboxes (and whatever they started) stopped while the judge times: a spare
+        still importing torch takes a core from the calls being timed. Nests: the outermost
+        resumes them."""
+        self._stopped += 1
+        stopped = list(self.spares) if self._stopped == 1 else []
+        for spare in stopped:
+            spare.pause()
+        try:
+            yield
+        finally:
+            self._stopped -= 1
+            for spare in stopped:
+                spare.resume()
 
     def retire(self) -> None:
         if self.current is not None:

@@ -17,11 +17,22 @@ import torch
 from kernelarena.data import Correctness, Definition, Status, Workload
 from kernelarena.evaluate.arena import Arena
 from kernelarena.evaluate.compare import Comparison, compare, first_changed_input
-from kernelarena.evaluate.inputs import Value, allocate_outputs, generate_inputs, poison
+from kernelarena.evaluate.error_ratio import ErrorRatio, precise_inputs, ratios
+from kernelarena.evaluate.inputs import (
+    STANDARD,
+    Distribution,
+    Value,
+    allocate_outputs,
+    generate_inputs,
+    poison,
+)
 from kernelarena.evaluate.options import Options
 from kernelarena.evaluate.sandboxes import Sandbox
 
 _set_ids = itertools.count()
+# Elements of each input that a partial refill changes (``SetMaker.refill_some``): few, so that a
+# cache keyed on a sample of the input's elements rarely sees the change.
+PARTIAL_REFILL_ELEMENTS = 2
 
 
 class CheckFailed(Exception):
@@ -61,6 +72,9 @@ class SharedSet:
     outputs: dict[str, torch.Tensor]  # shared, non-aliased outputs
     private: dict[str, Value] | None = None  # the judge's copy of the inputs
     bytes: int = field(default=0)
+    # The reference's outputs for the inputs the set holds now (``SetMaker.expected``).
+    expected: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    distribution: Distribution = STANDARD  # what its seed was drawn from (``inputs.Distribution``)
 
 
 class SetMaker:
@@ -70,8 +84,14 @@ class SetMaker:
         self.job = job
         self.device = device
         self._bound: list[SharedSet] = []
+        # What delivering a value-returning solution's results adds to a pass (``pass_check``).
+        self.delivery_ms: float | None = None
+        # Whether the sandbox tried to capture a CUDA graph of the solution and failed: a later
+        # failure may be the broken capture's, not the solution's (the judge retries with events).
+        self.capture_failed = False
+        arena.hand_to(sandbox)  # another sandbox than the last gets buffers of its own
 
-    def draw(self, seed: int) -> dict[str, Value]:
+    def draw(self, seed: int, distribution: Distribution = STANDARD) -> dict[str, Value]:
         job = self.job
         return generate_inputs(
             job.definition,
@@ -81,33 +101,50 @@ class SetMaker:
             seed,
             job.reference.get("make_inputs"),
             job.blob_root,
+            distribution,
         )
 
-    def make(self, seed: int, keep_private: bool = False) -> SharedSet:
-        return self.make_many([seed], keep_private)[0]
+    def make(
+        self, seed: int, keep_private: bool = False, distribution: Distribution = STANDARD
+    ) -> SharedSet:
+        return self.make_many([seed], keep_private, distribution)[0]
 
-    def make_many(self, seeds: list[int], keep_private: bool = False) -> list[SharedSet]:
+    def make_many(
+        self, seeds: list[int], keep_private: bool = False, distribution: Distribution = STANDARD
+    ) -> list[SharedSet]:
         """A set per seed, bound in the sandbox by one request (rotated sets come by the dozen)."""
         made, bindings = [], []
         for seed in seeds:
-            shared, binding = self._share(seed, keep_private)
+            shared, binding = self._share(seed, keep_private, distribution)
             made.append(shared)
             bindings.append(binding)
         self._synchronize()
-        new_chunks: dict[int, Any] = {}
-        for _, layout, _, _, _ in bindings:
-            chunk = layout[0]
-            if isinstance(chunk, int) and chunk not in self.sandbox.chunks:
-                new_chunks[chunk] = self.arena.handle(chunk)
-        _expect_ok(self.sandbox.request("bind", new_chunks, bindings))
-        self.sandbox.chunks.update(new_chunks)
+        handoffs = self.arena.take_unsent()
+        try:
+            reply = self.sandbox.request(
+                "bind",
+                {h.id: h.description() for h in handoffs},
+                bindings,
+                fds=[h.fd for h in handoffs if h.fd >= 0],
+            )
+            _expect_ok(reply)
+        except BaseException:
+            # The sandbox may hold some of the new buffers and not others: the next sets go to
+            # buffers made anew (for a replacement sandbox, they would be anyway).
+            self.arena.hand_to(None)
+            raise
+        finally:
+            for handoff in handoffs:
+                handoff.close()  # the sandbox has its own descriptors now
         self._bound.extend(made)
         return made
 
-    def _share(self, seed: int, keep_private: bool) -> tuple[SharedSet, tuple[Any, ...]]:
+    def _share(
+        self, seed: int, keep_private: bool, distribution: Distribution
+    ) -> tuple[SharedSet, tuple[Any, ...]]:
         """One draw copied into the arena, and what the sandbox needs to bind it."""
         definition = self.job.definition
-        private = self.draw(seed)
+        private = self.draw(seed, distribution)
         buffers = allocate_outputs(definition, self.job.axes, self.device)
         tensor_names = [n for n in definition.inputs if isinstance(private[n], torch.Tensor)]
         values = [private[n] for n in tensor_names] + list(buffers.values())
@@ -126,6 +163,7 @@ class SetMaker:
         made = SharedSet(
             next(_set_ids), seed, inputs, outputs, private if keep_private else None, size
         )
+        made.distribution = distribution
         return made, (made.id, layout, arguments, len(tensor_names), slots)
 
     def refill(self, shared: SharedSet, seed: int, keep_private: bool, poison: bool = True) -> None:
@@ -138,10 +176,95 @@ class SetMaker:
                 target.copy_(value)
             else:  # a scalar stays what the sandbox was given: the reference must see the same
                 fresh[name] = target
-        shared.seed = seed
+        shared.seed, shared.distribution = seed, STANDARD
         shared.private = fresh if keep_private else None
+        shared.expected = None
         if poison:
             self.poison(shared)
+
+    def refill_some(self, shared: SharedSet, seed: int) -> None:
+        """New values for a few elements (``PARTIAL_REFILL_ELEMENTS``) of each floating-point input
+        the definition does not constrain, taken from a fresh draw of ``seed`` (so within the
+        workload's distribution), the rest kept; outputs poisoned. A solution that caches results
+        keyed on a sample of its inputs misses this change and answers stale.
+        Where the reference shapes its inputs (``make_inputs``: layouts derived from each other)
+        or an input is of a low-precision float type (codes, scales), the whole set is refilled
+        instead, since a few changed elements could break what ties them together."""
+        definition = self.job.definition
+        low_precision = any(
+            spec.dtype.is_low_precision_float for spec in definition.inputs.values()
+        )
+        in_place = any(spec.aliases for spec in definition.outputs.values())
+        if self.job.reference.get("make_inputs") is not None or low_precision or in_place:
+            self.refill(shared, seed, keep_private=True)
+            return
+        fresh = self.draw(seed)
+        private = dict(shared.private) if shared.private is not None else self.pristine(shared)
+        generator = torch.Generator().manual_seed(seed)
+        for name, target in shared.inputs.items():
+            value = fresh.get(name)
+            if (
+                not isinstance(target, torch.Tensor)
+                or not isinstance(value, torch.Tensor)
+                or not target.is_floating_point()
+                or target.numel() == 0
+                or definition.value_plan.generated(name)
+            ):
+                continue
+            count = min(PARTIAL_REFILL_ELEMENTS, target.numel())
+            picked = torch.randint(target.numel(), (count,), generator=generator)
+            picked = picked.to(target.device)
+            if target.is_contiguous():
+                target.view(-1)[picked] = value.reshape(-1)[picked]
+            else:  # a permuted layout: change the same elements through a copy
+                whole = target.contiguous().view(-1)
+                whole[picked] = value.reshape(-1)[picked]
+                target.copy_(whole.view(target.shape))
+            kept = private[name]
+            assert isinstance(kept, torch.Tensor)
+            kept = kept.contiguous().clone()
+            kept.view(-1)[picked] = value.reshape(-1)[picked]
+            private[name] = kept
+        shared.private = private
+        shared.expected = None
+        self.poison(shared)
+
+    def pristine(self, shared: SharedSet) -> dict[str, Value]:
+        """What the set was given, drawn again from its seed (for sets that keep no copy)."""
+        return self.draw(shared.seed, shared.distribution)
+
+    def error_ratios(
+        self,
+        shared: SharedSet,
+        produced: dict[str, torch.Tensor],
+        expected: dict[str, torch.Tensor],
+    ) -> list[ErrorRatio]:
+        """The solution's error over the reference's own, per output, both against the
+        reference run in float64 on the set's inputs (``error_ratio``); none where the reference
+        cannot run so, or the inputs would be too large in float64."""
+        definition = self.job.definition
+        given = shared.private if shared.private is not None else self.pristine(shared)
+        upcast = precise_inputs(definition, given)
+        if upcast is None:
+            return []
+        arguments = [
+            v.clone() if isinstance(v, torch.Tensor) else v
+            for v in (upcast[n] for n in definition.inputs)
+        ]
+        try:
+            with torch.no_grad():
+                result = self.job.reference["run"](*arguments)
+        except Exception:  # a reference written for its dtypes only: not measured
+            return []
+        values = list(result) if isinstance(result, tuple | list) else [result]
+        if len(values) != len(definition.outputs):
+            return []
+        precise = {
+            n: v
+            for n, v in zip(definition.outputs, values, strict=True)
+            if isinstance(v, torch.Tensor)
+        }
+        return ratios(definition, produced, expected, precise)
 
     def poison(self, shared: SharedSet) -> None:
         for name, tensor in shared.outputs.items():
@@ -170,10 +293,11 @@ class SetMaker:
     def call(self, shared: SharedSet) -> dict[str, torch.Tensor]:
         self.poison(shared)
         self._synchronize()
-        reply = self.sandbox.request("call", shared.id)
+        reply = self.sandbox.request("eager", [shared.id], 1)
         expect_success(reply)
         if not self.job.destination_passing_style:
-            check_returned(self.job, reply.get("returned"))
+            returned = reply.get("returned")
+            check_returned(self.job, returned[0] if isinstance(returned, list) else None)
         return self.produced(shared)
 
     def produced(self, shared: SharedSet) -> dict[str, torch.Tensor]:
@@ -186,9 +310,16 @@ class SetMaker:
         return produced
 
     def expected(self, shared: SharedSet) -> dict[str, torch.Tensor]:
-        """The reference's outputs, run here on a copy of the judge's private inputs."""
+        """The reference's outputs for the inputs the set holds, run here on a copy of the judge's
+        private inputs (a fresh draw of its seed where it keeps none); kept with the set until
+        a refill changes them."""
+        if shared.expected is None:
+            shared.expected = self._run_reference(shared)
+        return shared.expected
+
+    def _run_reference(self, shared: SharedSet) -> dict[str, torch.Tensor]:
         definition = self.job.definition
-        private = shared.private if shared.private is not None else self.draw(shared.seed)
+        private = shared.private if shared.private is not None else self.pristine(shared)
         copies = [
             v.clone() if isinstance(v, torch.Tensor) else v
             for v in (private[n] for n in definition.inputs)
@@ -263,7 +394,8 @@ def check_returned(job: Job, returned: Any) -> None:
         if kind != "Tensor":
             raise CheckFailed(
                 Status.INCORRECT_SHAPE,
-                f"the solution returned {kind[:40]} for output '{name}', not a tensor",
+                f"the solution returned {kind[:60]} for output '{name}', not a plain tensor on "
+                "the device (a subclass or lazy value could do its work when read, untimed)",
             )
         if str(item.get("dtype")) != str(spec.dtype.to_torch()):
             raise CheckFailed(
@@ -293,6 +425,7 @@ def merge(worst: Correctness, comparisons: list[Comparison]) -> Correctness:
             [worst.max_relative_error, *(c.max_relative_error for c in comparisons)]
         ),
         extra=worst.extra,
+        error_ratio=worst.error_ratio,
     )
 
 

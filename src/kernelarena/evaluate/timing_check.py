@@ -37,12 +37,14 @@ from kernelarena.evaluate.judge_clock import (
     host_submit_ms,
     judge_clock,
 )
+from kernelarena.evaluate.pass_check import after_pass, before_pass
 from kernelarena.evaluate.sandboxes import with_sandbox_paused
 from kernelarena.evaluate.shared_sets import (
     CheckFailed,
     Job,
     SetMaker,
     SharedSet,
+    check_returned,
     expect_success,
     with_details,
 )
@@ -70,20 +72,28 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     on_gpu = sets.device.type == "cuda"
     timed = sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2)])
     options = asdict(job.options)
-    graph = False
+    graph = probe_failed = False
     if on_gpu:
+        # Until the probe answers: a process can die inside a capture (a host synchronization
+        # whose error the solution turns into an exit), and then no answer says so.
+        sets.capture_failed = options["allow_graph"]
         reply = sets.sandbox.request("probe", [s.id for s in timed], options)
         expect_success(reply)
         graph = reply.get("graph") is True
+        probe_failed = reply.get("capture_failed") is True
+        sets.capture_failed = probe_failed
     if graph:
         count = sets_filling_l2(timed[0].bytes, sets.device)
         timed += sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2, count)])
-    reply = sets.sandbox.request(
-        "time", [s.id for s in (timed if graph else timed[:2])], options, graph
-    )
+    used = timed if graph else timed[:2]
+    before_pass(sets, used)
+    sets.capture_failed = probe_failed or graph
+    reply = sets.sandbox.request("time", [s.id for s in used], options, graph)
+    sets.capture_failed = probe_failed or reply.get("capture_failed") is True
     expect_success(reply)
     reported = reported_timing(reply)
     rotated = timed if reported.mode == "cuda_graph" else timed[:2]
+    after_pass(sets, rotated, reply, "the timed calls")
     clock = judge_clock(sets, rotated, reported)
     inputs_kept(sets, rotated)
     verify_after_timing(sets, rotated)
@@ -91,7 +101,9 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
         verify_graph(sets, rotated)
     bytes_moved, flops = _costs(job)
     floor = physics_floor_ms(bytes_moved, flops, evaluator.environment.ceilings or {})
-    clock, second_look = agreed_clock(sets, rotated, reported, clock, floor)
+    clock, second_look = agreed_clock(
+        sets, rotated, reported, clock, floor, evaluator.sandboxes.spares_stopped
+    )
     clock = eager_second_look(sets, rotated, clock)
     submit_ms = host_submit_ms(sets, rotated, clock.eager_call_ms)
     sets.forget(timed)
@@ -126,7 +138,7 @@ def inputs_kept(sets: SetMaker, timed: list[SharedSet]) -> None:
     stays right for the input it saw). Checked on ``WATCHED_SETS`` sets drawn at random, against a
     new draw of their seeds: nothing is kept while the calls run."""
     for shared in random.sample(timed, min(WATCHED_SETS, len(timed))):
-        changed = sets.changed_input(shared, sets.draw(shared.seed))
+        changed = sets.changed_input(shared, sets.pristine(shared))
         if changed:
             raise CheckFailed(
                 Status.INCORRECT_NUMERICAL,
@@ -137,62 +149,69 @@ def inputs_kept(sets: SetMaker, timed: list[SharedSet]) -> None:
 
 
 def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
-    """Refill the sampled sets' inputs in place with new values and poison the outputs (as
-    ``_verify_pass`` says), call each set once, then check: every poisoned output complete the
-    moment the calls returned, the sampled sets equal to the reference. (The others keep their
-    inputs: they are checked for completeness only, so new values there would cost draws and
-    prove nothing more.)"""
-    request = ("eager", [s.id for s in timed], len(timed), True)
-    _verify_pass(sets, timed, list(range(len(timed))), request, compare=True, graph=False)
+    """Refill the sampled sets' inputs in place (as ``_verify_pass`` says), call each set once,
+    then check: every poisoned output complete the moment the calls returned, the sampled sets
+    equal to the reference. (The others keep their inputs: they are checked for completeness
+    only, so new values there would cost draws and prove nothing more.)"""
+    request = ("eager", [s.id for s in timed], len(timed))
+    _verify_pass(sets, timed, request, compare=True, graph=False)
+    # Once more with a few elements changed in every set: one such set in a pass can miss a
+    # sampled cache by chance (the changed elements among those it keys on), all of them seldom.
+    _verify_pass(sets, timed, request, compare=True, graph=False, partial_only=True)
 
 
 def verify_graph(sets: SetMaker, timed: list[SharedSet]) -> None:
-    """The graph the reported time was measured on must do the work: the same poison and refill,
-    one replay of that graph, the device synchronized, then the same checks. A solution that does
+    """The graph the reported time was measured on must do the work: the same refills, one
+    replay of that graph, the device synchronized, then the same checks. A solution that does
     nothing while it is being captured (``torch.cuda.is_current_stream_capturing``) times an
-    empty graph, which the judge's replay clock confirms; this catches it. A value-returning
-    solution's results are delivered for the graph's last call only (the set the judge computes
-    here, as the sandbox captured). In-place outputs called more than once per replay change on
-    each call: those sets are checked for completeness, not against the reference. The refill
-    draws values the eager pass did not use, so nothing cached during that pass can match."""
+    empty graph, which the judge's replay clock confirms; this catches it. In-place outputs
+    called more than once per replay change on each call: those sets are checked for
+    completeness, not against the reference. The refill draws values the eager pass did not use,
+    so nothing cached during that pass can match."""
     calls = graph_calls(len(timed))
-    if sets.job.destination_passing_style:
-        written = list(range(len(timed)))
-    else:
-        written = [(calls - 1) % len(timed)]
     in_place = any(spec.aliases for spec in sets.job.definition.outputs.values())
     compare = not in_place or calls == len(timed)
-    _verify_pass(sets, timed, written, ("replay_check",), compare=compare, graph=True)
+    _verify_pass(sets, timed, ("replay", 1), compare=compare, graph=True)
 
 
 def _verify_pass(
     sets: SetMaker,
     timed: list[SharedSet],
-    written: list[int],
     request: tuple[Any, ...],
     compare: bool,
     graph: bool,
+    partial_only: bool = False,
 ) -> None:
-    """Poison the ``written`` sets, refill the sampled ones (``compare``), send ``request``, and
-    check the outputs the moment it returns. Every other sampled set keeps the outputs the last
-    call wrote (a right answer for the old inputs) instead of poison, so a solution that works
-    only where its outputs hold NaN (a check on the device costs no sync) leaves a stale answer
-    there; unfinished sets are checked first, so work left running reads as such."""
-    count = min(GRAPH_SAMPLED_SETS if graph else SAMPLED_SETS, len(written)) if compare else 0
-    sampled = random.sample(written, count)
-    stale = set(sampled[1::2])
-    for index in written:
-        if index in sampled:
-            label = f"graph_refresh{index}" if graph else f"refresh{index}"
-            seed = seed_for(sets.job.workload, label)
-            sets.refill(timed[index], seed, True, poison=index not in stale)
+    """Refill the sampled sets (``compare``) and poison the others' outputs, send ``request``,
+    and check the outputs the moment it returns. Sampled sets take turns between two refills: a
+    few elements of each input changed, outputs poisoned (a solution that caches results keyed
+    on a sample of its inputs, or on their address, answers stale), and every input new with the
+    outputs keeping what the last call wrote, a right answer for the old inputs, instead of
+    poison (a solution that works only where its outputs hold NaN, a check on the device that
+    costs no sync, leaves that stale answer). Unfinished sets are checked first, so work left
+    running reads as such."""
+    indices = list(range(len(timed)))
+    count = min(GRAPH_SAMPLED_SETS if graph else SAMPLED_SETS, len(indices)) if compare else 0
+    sampled = random.sample(indices, count)
+    stale = set() if partial_only else set(sampled[1::2])
+    for index in indices:
+        label = f"{'graph_' if graph else ''}{'some' if partial_only else 'refresh'}{index}"
+        seed = seed_for(sets.job.workload, label)
+        if index in stale:
+            sets.refill(timed[index], seed, True, poison=False)
+        elif index in sampled:
+            sets.refill_some(timed[index], seed)
         else:
             sets.poison(timed[index])
     if sets.device.type == "cuda":
         torch.cuda.synchronize(sets.device)
-    expect_success(sets.sandbox.request(*request))
-    looked_at = [timed[i] for i in written]
-    unfinished = {written[i] for i in _still_poisoned(sets, looked_at)}
+    reply = sets.sandbox.request(*request)
+    expect_success(reply)
+    if not sets.job.destination_passing_style:
+        for item in reply.get("returned") or []:
+            if item is not None:
+                check_returned(sets.job, item)
+    unfinished = _still_poisoned(sets, timed)
     for index in sorted(unfinished) + sorted(set(sampled) - unfinished):
         _check_set(sets, timed[index], late=index in unfinished, graph=graph)
 

@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -34,9 +33,8 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
     from kernelarena.evaluate.sandboxes import Sandboxes
 
     guard_judge()
-    arena_folder = _arena_folder(Path(log_path).parent)
     # The first sandbox starts now, beside this process's own start-up.
-    sandboxes = Sandboxes(device_name, Path(log_path).parent, _sandbox_writable(arena_folder))
+    sandboxes = Sandboxes(device_name, Path(log_path).parent, _sandbox_writable())
     if not device_name.startswith("cuda"):
         # The Triton interpreter must be chosen before any kernel module is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -64,7 +62,8 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
     ceilings = ceilings_module.measure_ceilings(device) if measure_ceilings else {}
     phases.done("ceilings_s")
     environment = describe(device, ceilings)
-    evaluator = Evaluator(device, environment, sandboxes, arena_folder)
+    evaluator = Evaluator(device, environment, sandboxes)
+    print(f"kernelarena worker on {device_name}: arena of {evaluator.arena.sharing}", flush=True)
     if device.type == "cuda":
         evaluator.warm_up_in_background()
     phases.done("environment_s")
@@ -206,18 +205,11 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _arena_folder(log_folder: Path) -> Path:
-    """Where CPU tensors shared with sandboxes live: memory-backed where there is /dev/shm, named
-    after the executor's log folder so that the executor removes it with that folder."""
-    shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else log_folder
-    return Path(tempfile.mkdtemp(prefix=f"{log_folder.name}-arena-", dir=base))
-
-
-def _sandbox_writable(arena_folder: Path) -> list[str]:
+def _sandbox_writable() -> list[str]:
     """The folders a sandbox may change: the sandboxes' caches (each narrows this to its own
-    solution's folder before the solution is built, ``solution_caches.enter``), /dev (device
-    files, shared memory) and the arena. Its own temporary folder is added per sandbox. Everything
+    solution's folder before the solution is built, ``solution_caches.enter``) and /dev (device
+    files, shared memory; the arena is not there: its memory has no name, ``arena``). Its own
+    temporary folder is added per sandbox. Everything
     else, the trusted build caches, the datasets and kernelarena's own files included, is
     read-only to solution code where the kernel has Landlock."""
     from kernelarena.build.cache import sandbox_caches_root
@@ -226,7 +218,7 @@ def _sandbox_writable(arena_folder: Path) -> list[str]:
     # A folder that cannot be made here cannot be written by a sandbox either.
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True)
-    return [str(root), "/dev", str(arena_folder)]
+    return [str(root), "/dev"]
 
 
 def redirect_output(log_path: str) -> None:
@@ -238,6 +230,11 @@ def redirect_output(log_path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    line_buffered_output()
+
+
+def line_buffered_output() -> None:
+    """Python's output on descriptors 1 and 2, a line at a time, so a crash loses none of it."""
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
@@ -254,13 +251,7 @@ def _log_size(path: str) -> int:
 def _read_from(path: str, offset: int) -> str:
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read()
-    except OSError:
-        return ""
-    return data[-LOG_TAIL:].decode("utf-8", errors="replace")
+    return read_tail(path, LOG_TAIL, since=offset)
 
 
 def main(argv: list[str]) -> None:
@@ -268,13 +259,14 @@ def main(argv: list[str]) -> None:
     worker_main(Connection(fd), device, log_path, measure_ceilings="--no-ceilings" not in argv)
 
 
-def read_tail(path: str, limit: int = LOG_TAIL) -> str:
+def read_tail(path: str, limit: int = LOG_TAIL, since: int = 0) -> str:
+    """At most the last ``limit`` bytes of the file at ``path`` from offset ``since`` on: never
+    more, however much a sandbox wrote."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            return handle.read().decode("utf-8", errors="replace")
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(since, size - limit))
+            return handle.read(limit).decode("utf-8", errors="replace")
     except OSError:
         return ""
 

@@ -1,0 +1,107 @@
+"""A solution's error measured against the reference's own: both taken against the reference run
+in float64 on the same inputs, so that a tolerance loose enough for every honest kernel still fails
+one that computes in a lower precision than the definition's dtype.
+
+The reference runs twice on a trial's inputs: as the definition has it (its outputs are what
+solutions are compared with) and on the inputs' floating-point tensors upcast to float64 (FP8 and
+FP4 codes, integers and scalars stay as they are: a reference dequantizes those itself, in
+whatever precision it computes). Each output's normwise relative error against the float64 run,
+``||out - precise|| / ||precise||`` over the elements where the float64 run is finite, is taken for
+the solution and for the reference; their ratio, the reference's error floored at the output
+dtype's machine epsilon (a float32 reference computed as the float64 run is computes with no error
+of its own), must not pass the output's ``Tolerance.max_error_ratio`` (``DEFAULT_MAX_ERROR_RATIO``
+where the definition sets none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernelarena.data import Definition, DType
+from kernelarena.evaluate.inputs import Value
+
+# The ratio a solution's error may reach over the reference's where a definition sets none: over
+# every honest library solution and peer measured (docs/evaluation.md, "Error against the
+# reference's"), with a margin of at least 4x over the worst of them.
+DEFAULT_MAX_ERROR_RATIO = 256.0
+# Above this many bytes of float64 inputs, the precise run is skipped (an 8 GiB bf16 KV cache
+# would take 32 GiB): the ratio is not measured for that workload.
+PRECISE_BYTES_LIMIT = 4 << 30
+_EPSILON = {
+    DType.FLOAT32: 2.0**-23,
+    DType.FLOAT16: 2.0**-10,
+    DType.BFLOAT16: 2.0**-7,
+}
+
+
+@dataclass(frozen=True)
+class ErrorRatio:
+    output: str
+    ratio: float
+    solution_error: float
+    reference_error: float
+    limit: float
+
+    @property
+    def ok(self) -> bool:
+        return self.ratio <= self.limit
+
+    def describe(self) -> str:
+        return (
+            f"{self.output}: error {self.solution_error:.3g} against the reference computed in "
+            f"float64, {self.ratio:.3g}x the reference's own {self.reference_error:.3g} (at most "
+            f"{self.limit:g}x): the solution computes in a lower precision than the definition's"
+        )
+
+
+def precise_inputs(definition: Definition, inputs: dict[str, Value]) -> dict[str, Value] | None:
+    """The inputs with every floating-point tensor (FP8 and FP4 codes aside) in float64; None
+    when that would take more than ``PRECISE_BYTES_LIMIT``."""
+    upcast: dict[str, Value] = {}
+    total = 0
+    for name, value in inputs.items():
+        low_precision = definition.inputs[name].dtype.is_low_precision_float
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not low_precision:
+            total += value.numel() * 8
+            value = value.to(torch.float64)
+        upcast[name] = value
+    return upcast if total <= PRECISE_BYTES_LIMIT else None
+
+
+def ratios(
+    definition: Definition,
+    produced: dict[str, torch.Tensor],
+    expected: dict[str, torch.Tensor],
+    precise: dict[str, torch.Tensor],
+) -> list[ErrorRatio]:
+    """One ``ErrorRatio`` per floating-point output of the definition's float types."""
+    found = []
+    for name, spec in definition.outputs.items():
+        epsilon = _EPSILON.get(spec.dtype)
+        if epsilon is None or name not in precise:
+            continue
+        truth = precise[name].to(torch.float64)
+        finite = torch.isfinite(truth)
+        solution_error = _normwise(produced[name], truth, finite)
+        reference_error = _normwise(expected[name], truth, finite)
+        if solution_error is None or reference_error is None:
+            continue
+        limit = definition.tolerance_for(name).max_error_ratio or DEFAULT_MAX_ERROR_RATIO
+        ratio = solution_error / max(reference_error, epsilon)
+        found.append(ErrorRatio(name, ratio, solution_error, reference_error, limit))
+    return found
+
+
+def _normwise(value: torch.Tensor, truth: torch.Tensor, finite: torch.Tensor) -> float | None:
+    """``||value - truth|| / ||truth||`` where ``truth`` is finite (the absolute norm where the
+    truth is all zeros); None where the shapes differ or nothing is finite."""
+    if value.shape != truth.shape or not bool(finite.any()):
+        return None
+    difference = (value.to(torch.float64) - truth)[finite]
+    scale = float(torch.linalg.vector_norm(truth[finite]))
+    error = float(torch.linalg.vector_norm(difference))
+    if error != error:  # NaN where the truth is finite: as far off as it gets
+        return float("inf")
+    return error / scale if scale > 0 else error

@@ -1,0 +1,110 @@
+"""Every timed call is a checked call: the judge poisons the outputs of the timed sets before each
+pass of calls (the sandbox's own timing, every batch of the judge's clocks, the graph's replays)
+and compares them with the reference after it.
+
+A solution cannot tell a timed call from a checked one by how it is called (the sandbox calls it
+one way for every request), and it gains nothing by telling them apart some other way (its
+caller's frames, a count of its calls): whatever pass it skips work in, or stops being right in,
+leaves outputs that fail here. Definitions whose outputs alias inputs are the exception: each call
+changes the inputs of the next, so their passes are checked by ``timing_check``'s single calls
+after in-place refills instead.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import torch
+
+from kernelarena.data import Correctness, Status
+from kernelarena.evaluate.shared_sets import (
+    CheckFailed,
+    SetMaker,
+    SharedSet,
+    check_returned,
+    expect_success,
+    with_details,
+)
+
+# Sets compared after a pass: all of them up to this many, else this many drawn at random (a
+# solution that skips work on some sets only is caught on one of the many passes).
+CHECKED_SETS = 8
+
+
+def checkable(sets: SetMaker) -> bool:
+    """Whether each pass's outputs can be compared with the reference (no output is in place)."""
+    return not any(spec.aliases for spec in sets.job.definition.outputs.values())
+
+
+def before_pass(sets: SetMaker, timed: list[SharedSet]) -> None:
+    """Poison the outputs of every timed set, so that a pass that leaves one unwritten fails."""
+    if not checkable(sets):
+        return
+    for shared in timed:
+        sets.poison(shared)
+    if sets.device.type == "cuda":
+        torch.cuda.synchronize(sets.device)
+
+
+def after_pass(sets: SetMaker, timed: list[SharedSet], reply: dict[str, Any], what: str) -> None:
+    """Check a pass's reply and outputs: a value-returning solution's results plain tensors of the
+    declared dtype and shape, and every set's outputs (up to ``CHECKED_SETS``) equal to the
+    reference's for its inputs. ``what`` names the pass in the log."""
+    expect_success(reply)
+    job = sets.job
+    if not job.destination_passing_style:
+        returned = reply.get("returned")
+        if not isinstance(returned, list):
+            raise CheckFailed(
+                Status.RUNTIME_ERROR, f"the solution's process described no results of {what}"
+            )
+        for item in returned:
+            if item is not None:
+                check_returned(job, item)
+    if not checkable(sets):
+        return
+    looked_at = timed if len(timed) <= CHECKED_SETS else random.sample(timed, CHECKED_SETS)
+    for shared in looked_at:
+        comparisons = sets.compare_all(sets.produced(shared), sets.expected(shared))
+        failed = [c for c in comparisons if not c.ok]
+        if failed:
+            pristine = shared.private if shared.private is not None else sets.pristine(shared)
+            changed = sets.changed_input(shared, pristine)
+            if changed:  # the likelier cause, and the one to name
+                raise CheckFailed(
+                    Status.INCORRECT_NUMERICAL,
+                    f"during {what}: {changed}; the inputs no output aliases must stay as they "
+                    "were given",
+                    Correctness(),
+                )
+            raise CheckFailed(
+                Status.INCORRECT_NUMERICAL,
+                f"the outputs of {what} do not match the reference: every timed call is checked, "
+                "and a solution that does less work when it is timed, or is right only on its "
+                "first calls, fails here. " + "; ".join(c.describe() for c in failed),
+                with_details(Correctness(), comparisons),
+            )
+
+
+def delivery_ms(sets: SetMaker, timed: list[SharedSet]) -> float:
+    """What copying a value-returning solution's results into the judge's buffers adds to a pass
+    over ``timed`` (0 for a destination-passing solution), measured here with the judge's own
+    copies of the same outputs: the judge's clocks subtract it, so that their figures hold the
+    calls only. The least of three, device synchronized."""
+    if sets.job.destination_passing_style:
+        return 0.0
+    sources = [{n: t.clone() for n, t in s.outputs.items()} for s in timed]
+    best = float("inf")
+    for _ in range(3):
+        if sets.device.type == "cuda":
+            torch.cuda.synchronize(sets.device)
+        started = time.perf_counter()
+        for shared, source in zip(timed, sources, strict=True):
+            for name, tensor in shared.outputs.items():
+                tensor.copy_(source[name])
+        if sets.device.type == "cuda":
+            torch.cuda.synchronize(sets.device)
+        best = min(best, (time.perf_counter() - started) * 1e3)
+    return best

@@ -1,0 +1,97 @@
+"""Sets larger than an arena chunk, through the engine with timing on: the published rmsnorm_h128
+shapes at batch 65536 (a set of 32 MiB, twice a CPU chunk) once failed honest solutions with
+"input 'hidden_states' was modified by the solution" (issue 37), because two such sets shared
+memory; ``--no-timing`` (one set at a time) passed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelarena.data import (
+    BuildSpec,
+    Definition,
+    RandomInput,
+    ScalarInput,
+    Solution,
+    SourceFile,
+    Status,
+    Trace,
+    TraceSet,
+    Workload,
+)
+from kernelarena.evaluate.benchmark import Benchmark
+from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.options import Options
+from tests.data.peer_dataset import DEFINITION
+
+HONEST = """import torch
+
+
+def run(hidden_states, weight, eps, output):
+    x = hidden_states.to(torch.float32)
+    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    output.copy_((x * rstd * weight.to(torch.float32)).to(hidden_states.dtype))
+"""
+
+
+def _dataset(root: Path, target: str, batches: tuple[int, ...]) -> TraceSet:
+    definition = Definition.model_validate(DEFINITION)
+    dataset = TraceSet(root=root)
+    dataset.add_definition(definition)
+    dataset.add_solution(
+        Solution(
+            name="rmsnorm_h128_honest",
+            definition=definition.name,
+            author="tests",
+            spec=BuildSpec(language="python", target_hardware=[target], entry_point="s.py::run"),
+            sources=[SourceFile(path="s.py", content=HONEST)],
+        )
+    )
+    for batch in batches:
+        dataset.add_workload(
+            definition.name,
+            Workload(
+                axes={"batch_size": batch},
+                inputs={
+                    "hidden_states": RandomInput(),
+                    "weight": RandomInput(),
+                    "eps": ScalarInput(value=1e-6),
+                },
+                uuid=f"batch-{batch}",
+            ),
+        )
+    return dataset
+
+
+def _check_all_passed(traces: list[Trace], count: int) -> None:
+    assert len(traces) == count
+    for trace in traces:
+        evaluation = trace.evaluation
+        assert evaluation is not None
+        assert "was modified" not in evaluation.log, evaluation.log
+        assert evaluation.status is Status.PASSED, (trace.workload.uuid, evaluation.log)
+
+
+@pytest.mark.timeout(600)
+def test_an_honest_rmsnorm_passes_on_sets_larger_than_a_chunk(tmp_path: Path) -> None:
+    dataset = _dataset(tmp_path, "cpu", (32768, 65536))
+    traces = Benchmark(
+        dataset,
+        devices="cpu",
+        options=Options(trials=2, budget_ms=20, max_iterations=10, min_iterations=3),
+        timeouts=Timeouts(build_s=120, run_s=300, startup_s=300),
+    ).run_all()
+    _check_all_passed(traces, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(900)
+def test_an_honest_rmsnorm_passes_on_gpu_sets_larger_than_a_chunk(tmp_path: Path) -> None:
+    """Sets of 1 GiB (2M rows): CUDA buffers of their own, freed with the set, timed as graphs."""
+    dataset = _dataset(tmp_path, "gpu", (32768, 65536, 1 << 21))
+    traces = Benchmark(
+        dataset, devices="cuda:0", options=Options(trials=2, budget_ms=50, max_iterations=20)
+    ).run_all()
+    _check_all_passed(traces, 3)
