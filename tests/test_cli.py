@@ -16,12 +16,14 @@ runner = CliRunner()
 
 
 def test_list_shows_the_library(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["list", "--dataset", str(tmp_path / "empty")])
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["list", "--dataset", str(tmp_path / "empty"), "--library"])
     assert result.exit_code == 0, result.output
     assert "scale_bf16" in result.output
 
 
 def test_show_a_definition_and_a_family(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
     result = runner.invoke(app, ["show", "scale_bf16", "--dataset", str(tmp_path / "empty")])
     assert result.exit_code == 0, result.output
     assert "scale_bf16_triton" in result.output and "workloads" in result.output
@@ -99,6 +101,7 @@ def test_run_launches_its_workers_before_it_loads_the_schemas() -> None:
 
 
 def test_run_rejects_unknown_names(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
     result = runner.invoke(
         app, ["run", "no_such_op", "--dataset", str(tmp_path / "empty"), "--device", "cpu"]
     )
@@ -108,6 +111,7 @@ def test_run_rejects_unknown_names(tmp_path: Path) -> None:
 def test_export_writes_a_loadable_dataset(tmp_path: Path) -> None:
     from kernelarena.data import TraceSet
 
+    (tmp_path / "empty").mkdir()
     result = runner.invoke(
         app, ["export", str(tmp_path / "out"), "--dataset", str(tmp_path / "empty")]
     )

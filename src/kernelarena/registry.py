@@ -9,7 +9,9 @@ its content hash, and so every trace's provenance, follows the function's code.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kernelarena.data import BuildSpec, Definition, Solution, SourceFile, TraceSet
@@ -64,6 +66,13 @@ def register(
     file = inspect.getsourcefile(fn)
     if file is None:
         raise ValueError(f"register: cannot find the source file of '{fn.__qualname__}'")
+    if fn.__module__ == "__main__" and not _guarded(file):
+        raise ValueError(
+            f"register: '{fn.__qualname__}' is defined in the script being run ({file}); a worker "
+            "imports that file to find it, which would run the whole script again there. Move "
+            "the function into a module of its own and import it (as my_kernels.py in the "
+            "README), or put the script's own work under 'if __name__ == \"__main__\":'"
+        )
     shim = _SHIM.format(module=fn.__module__, qualname=fn.__qualname__, file=file)
     solution = Solution(
         name=name,
@@ -83,6 +92,15 @@ def register(
     )
     _REGISTERED[name] = solution
     return solution
+
+
+def _guarded(file: str) -> bool:
+    """Whether a script keeps its own work under ``if __name__ == "__main__":``."""
+    try:
+        source = Path(file).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return re.search(r"""__name__\s*==\s*["']__main__["']""", source) is not None
 
 
 def registered_solutions() -> list[Solution]:

@@ -74,6 +74,7 @@ def test_report_hardware_filter_and_errors(toy_dataset: Path, tmp_path: Path) ->
     bad_run.write_text("{")
     bad = runner.invoke(app, ["report", *dataset, "--model-run", str(bad_run), "-o", str(output)])
     assert bad.exit_code == 2 and f"--model-run {bad_run}" in bad.output
+    (tmp_path / "empty").mkdir()
     empty = runner.invoke(app, ["report", "--dataset", str(tmp_path / "empty"), "-o", str(output)])
     assert empty.exit_code == 2
     assert "holds no definitions, workloads or solutions" in empty.output
@@ -100,6 +101,7 @@ def test_run_dataset_without_names_runs_only_its_definition(tmp_path: Path) -> N
 
 def test_run_dataset_without_anything_of_its_own(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
+    empty.mkdir()
     result = runner.invoke(app, ["run", "--dataset", str(empty), "--device", "cpu"])
     assert result.exit_code == 2
     assert "holds no definitions, workloads or solutions" in result.output

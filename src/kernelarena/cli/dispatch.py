@@ -6,34 +6,39 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelarena.cli.common import DatasetOption, app, console, dispatch_app, errors
+from kernelarena.cli.common import (
+    DatasetOption,
+    ImportOption,
+    app,
+    console,
+    dispatch_app,
+    load,
+    select_or_exit,
+)
 
 
-@dispatch_app.command("show")
+@dispatch_app.command("show", short_help="Print the apply table of a definition.")
 def dispatch_show(
     name: Annotated[str, typer.Argument(help="a definition, family or op_type")],
     hardware: Annotated[
         Optional[str],
-        typer.Option(help="hardware model (default: every model with traces, and this GPU)"),
+        typer.Option(
+            metavar="MODEL", help="hardware model (default: every model with traces, and this GPU)"
+        ),
     ] = None,
     dataset: DatasetOption = None,
+    imports: ImportOption = None,
 ) -> None:
     """Print the apply table: per shape key the winner, its eager and GPU times, the margin, how it
     won, the winner inside CUDA graph capture, and whose traces decide (own or borrowed)."""
     import torch
 
-    from kernelarena.datasets import load_default
     from kernelarena.dispatch.aot import measured_hardware, tables_for
     from kernelarena.evaluate.environment import hardware_name
-    from kernelarena.evaluate.runner import PlanError, select_definitions
     from kernelarena.report.dispatch import table_view
 
-    combined, _ = load_default(dataset)
-    try:
-        definitions = select_definitions(combined, [name])
-    except PlanError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from None
+    combined, _ = load(dataset, imports)
+    definitions = select_or_exit(combined, [name], dataset)
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
     here = hardware_name(torch.device(device))
     for definition in sorted(definitions, key=lambda d: d.name):
@@ -44,7 +49,7 @@ def dispatch_show(
             console.print(table_view(*tables_for(combined, definition, model, device)))
 
 
-@app.command("build")
+@app.command("build", short_help="Build solutions into the build cache ahead of time.")
 def build_command(
     names: Annotated[
         Optional[list[str]], typer.Argument(help="definitions, families or op_types (default: all)")
@@ -54,26 +59,24 @@ def build_command(
     ] = False,
     hardware: Annotated[
         Optional[list[str]],
-        typer.Option(help="hardware model(s) whose winners to build (default: this GPU, else all)"),
+        typer.Option(
+            metavar="MODEL",
+            help="hardware model(s) whose winners to build (default: this GPU, else all)",
+        ),
     ] = None,
     warm: Annotated[
         bool, typer.Option(help="with a GPU: call each winner once to fill the JIT caches")
     ] = True,
     dataset: DatasetOption = None,
+    imports: ImportOption = None,
 ) -> None:
     """Build solutions into the build cache ahead of time (CUDA compiles for sm_90a without a GPU)."""
     from rich.table import Table
 
-    from kernelarena.datasets import load_default
     from kernelarena.dispatch.aot import build_winners
-    from kernelarena.evaluate.runner import PlanError, select_definitions
 
-    combined, _ = load_default(dataset)
-    try:
-        definitions = select_definitions(combined, names)
-    except PlanError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from None
+    combined, _ = load(dataset, imports)
+    definitions = select_or_exit(combined, names, dataset)
     results = build_winners(combined, definitions, hardware, only_winners=winners, warm=warm)
     view = Table(title="ahead-of-time builds")
     for column in ("definition", "solution", "hardware", "status", "detail"):

@@ -9,16 +9,18 @@ import typer
 
 from kernelarena.cli.common import (
     DatasetOption,
+    ImportOption,
     LibraryOption,
-    _warn_problems,
     app,
     console,
     errors,
+    load,
+    select_or_exit,
 )
 from kernelarena.cli.run import _selection
 
 
-@app.command()
+@app.command(short_help="Write an HTML report of the traces.")
 def report(
     names: Annotated[
         Optional[list[str]],
@@ -32,35 +34,36 @@ def report(
     hardware: Annotated[
         Optional[list[str]],
         typer.Option(
-            "--hardware", help="only traces of this hardware model, or part of its name: H100"
+            "--hardware",
+            metavar="MODEL",
+            help="only traces of this hardware model, or part of its name: H100",
         ),
     ] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="the HTML file to write")] = Path(
-        "report.html"
-    ),
+    output: Annotated[
+        Path, typer.Option("--output", "-o", metavar="FILE", help="the HTML file to write")
+    ] = Path("report.html"),
     model_runs: Annotated[
         Optional[list[Path]],
         typer.Option(
             "--model-run",
+            metavar="FILE",
             help="a model run's JSON (examples/llama_apply.py writes one): a page with its "
             "timings and apply's choices (repeatable)",
         ),
     ] = None,
+    imports: ImportOption = None,
 ) -> None:
     """Write one self-contained HTML file of the traces (opens offline): per definition a
     leaderboard, latency against the shapes, the fraction of the ceiling, failures and where each
     trace came from; a summary that ranks the definitions; a hardware filter."""
-    from kernelarena.datasets import load_default
-    from kernelarena.evaluate.runner import select_definitions
     from kernelarena.report.html import build_report, write_report
     from kernelarena.report.html.model_run import load_model_run
     from kernelarena.report.html.views import hardware_models
 
-    combined, user = load_default(dataset)
-    _warn_problems(combined)
+    combined, user = load(dataset, imports)
     try:
         selection = _selection(user, names, dataset, library, "report", with_traces=True)
-        definitions = select_definitions(combined, selection.names)
+        definitions = select_or_exit(combined, selection.names, dataset)
         models = hardware_models(combined, hardware)
         runs = [load_model_run(path) for path in model_runs or []]
     except ValueError as error:  # PlanError, ModelRunError, an unknown hardware model

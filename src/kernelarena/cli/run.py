@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -12,184 +13,181 @@ from rich.console import Console
 
 from kernelarena.cli.common import (
     DatasetOption,
+    ImportOption,
     LibraryOption,
     _split,
-    _warn_problems,
     app,
+    check_dataset_folder,
     console,
     errors,
+    fail,
+    import_user_modules,
+    load,
+    say,
+    select_or_exit,
+)
+from kernelarena.cli.run_notes import (
+    cpu_check_options,
+    finish,
+    json_summary,
+    print_left_out,
+    print_results,
+    why_nothing_runs,
 )
 from kernelarena.evaluate.jobs import Job, Timeouts
 from kernelarena.evaluate.local import LocalExecutor
-from kernelarena.evaluate.worker import describe_startup
 
 if TYPE_CHECKING:
     from kernelarena.data import TraceSet
     from kernelarena.evaluate.ray_executor import RayExecutor
-    from kernelarena.evaluate.runner import Executor, RunSummary
+    from kernelarena.evaluate.runner import Executor, Plan, RunSummary
 
 
-@app.command()
+@app.command(short_help="Check and time solutions, appending a trace for each.")
 def run(
     names: Annotated[
         Optional[list[str]],
         typer.Argument(
+            metavar="NAMES",
             help="definitions, families or op_types (default: those of --dataset; without "
-            "--dataset, the built-in library and your default dataset)"
+            "--dataset, the built-in library and your default dataset)",
         ),
     ] = None,
     solutions: Annotated[
         Optional[list[str]],
-        typer.Option("--solutions", "-s", help="solution names, suffixes or languages"),
+        typer.Option(
+            "--solutions",
+            "-s",
+            metavar="NAME",
+            help="only these solutions: names, suffixes or languages (repeatable, or a,b)",
+        ),
     ] = None,
     suite: Annotated[
         Optional[str],
         typer.Option(
-            help="smoke | correctness | performance | all (default: smoke on CPU, all on GPU)"
+            metavar="SUITE",
+            help="smoke, correctness, performance, all, or a workload tag of yours (default: "
+            "smoke on a CPU, all on a GPU)",
         ),
     ] = None,
     device: Annotated[
-        Optional[str], typer.Option("--device", help="cpu, cuda (every GPU), or cuda:0,cuda:1")
+        Optional[str],
+        typer.Option("--device", metavar="DEVICE", help="cpu, cuda (every GPU), or cuda:0,cuda:1"),
     ] = None,
     dataset: DatasetOption = None,
     library: LibraryOption = False,
     resume: Annotated[
-        bool, typer.Option(help="skip jobs whose traces are already in the dataset")
+        bool, typer.Option("--resume", help="skip jobs whose traces are already in the dataset")
     ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="print the traces as JSON on stdout")
     ] = False,
-    trials: Annotated[int, typer.Option(help="checks with fresh random inputs per workload")] = 3,
-    timeout: Annotated[float, typer.Option(help="seconds a job may run after its build")] = 300.0,
-    build_timeout: Annotated[float, typer.Option(help="seconds a build may take")] = 900.0,
+    trials: Annotated[
+        int, typer.Option(metavar="N", help="checks with fresh random inputs per workload")
+    ] = 3,
+    timeout: Annotated[
+        float, typer.Option(metavar="SECONDS", help="time a job may run after its build")
+    ] = 300.0,
+    build_timeout: Annotated[
+        float, typer.Option(metavar="SECONDS", help="time a build may take")
+    ] = 900.0,
     no_timing: Annotated[bool, typer.Option("--no-timing", help="check correctness only")] = False,
     allow_failures: Annotated[
         bool, typer.Option("--allow-failures", help="exit 0 even when a solution fails")
     ] = False,
-    executor: Annotated[str, typer.Option(help="local (worker per device) or ray")] = "local",
+    executor: Annotated[
+        str, typer.Option(metavar="local|ray", help="a worker per local device, or Ray")
+    ] = "local",
     address: Annotated[
-        Optional[str], typer.Option(help="Ray address for --executor ray (auto, ray://host:port)")
+        Optional[str],
+        typer.Option(
+            metavar="ADDRESS", help="Ray address for --executor ray (auto, ray://host:port)"
+        ),
     ] = None,
     ray_resources: Annotated[
         Optional[str],
         typer.Option(
             "--ray-resources",
+            metavar="JSON",
             help="Ray resources each job asks for besides its GPU, as JSON: '{\"H100\": 1}'",
         ),
     ] = None,
     ray_accelerator: Annotated[
         Optional[str],
         typer.Option(
-            "--ray-accelerator", help="GPU model the Ray jobs need: H100, H200, A100, ..."
+            "--ray-accelerator",
+            metavar="MODEL",
+            help="GPU model the Ray jobs need: H100, H200, A100, ...",
         ),
     ] = None,
     ray_label: Annotated[
         Optional[list[str]],
-        typer.Option("--ray-label", help="node label KEY=VALUE the Ray jobs need (repeatable)"),
+        typer.Option(
+            "--ray-label",
+            metavar="KEY=VALUE",
+            help="node label KEY=VALUE the Ray jobs need (repeatable)",
+        ),
     ] = None,
     ray_workers: Annotated[
         Optional[int],
-        typer.Option("--ray-workers", help="Ray actors to start (default: as many as fit)"),
-    ] = None,
-    imports: Annotated[
-        Optional[list[str]],
         typer.Option(
-            "--import",
-            help="a module of yours that calls kernelarena.register (repeatable); it is imported "
-            "here to learn its solutions, which still run only in the workers",
+            "--ray-workers", metavar="N", help="Ray actors to start (default: as many as fit)"
         ),
     ] = None,
+    imports: ImportOption = None,
 ) -> None:
-    """Evaluate solutions on workloads: build, check, time, and append a trace for each."""
-    _import_user_modules(imports or [])
-    from kernelarena.evaluate.devices import resolve_devices
-    from kernelarena.evaluate.options import Options
+    """Check and time solutions on workloads, appending a trace for each.
 
+    Builds each solution, checks it against the reference on fresh random inputs, times it
+    (on a GPU; on a CPU the times are checks, not rankings), and appends one trace per solution
+    and workload to the dataset."""
+    check_dataset_folder(dataset)
+    import_user_modules(imports or [])
     out = errors if as_json else console
     timeouts = Timeouts(build_s=build_timeout, run_s=timeout)
     runner_executor: Executor | None = None
     try:
-        if executor == "ray":
-            # The cluster decides where jobs run, and so whether the plan is for GPUs: a laptop
-            # without one still plans the GPU suites for a Ray head on a GPU box.
-            ray_executor = _ray_executor(
-                address, device, timeouts, ray_resources, ray_accelerator, ray_label, ray_workers
-            )
-            runner_executor = ray_executor
-            on_gpu = ray_executor.uses_gpu()
-            devices = [
-                f"the Ray cluster at {address or 'this machine'} ({'GPU' if on_gpu else 'CPU'})"
-            ]
-        else:
-            if ray_resources or ray_accelerator or ray_label or ray_workers:
-                raise ValueError("--ray-* options need --executor ray")
-            devices = resolve_devices(device)
-            on_gpu = any(d.startswith("cuda") for d in devices)
-            runner_executor = _executor(executor, devices, timeouts)
-            runner_executor.launch()  # workers import torch while this process loads the datasets
-        from kernelarena.datasets import load_default
-        from kernelarena.evaluate.runner import plan
+        runner_executor, devices, on_gpu = _start_executor(
+            executor, address, device, timeouts, ray_resources, ray_accelerator, ray_label,
+            ray_workers,
+        )  # fmt: skip
+        from kernelarena.evaluate.options import Options
+        from kernelarena.evaluate.runner import make_plan
 
-        combined, user = load_default(dataset)
-        _warn_problems(combined)
-        options = Options(trials=trials, timing=not no_timing)
+        combined, user = load(dataset)
         chosen_suite = suite or ("all" if on_gpu else "smoke")
+        options = Options(trials=trials, timing=not no_timing)
+        if not on_gpu:  # a check's times: a few samples say what a hundred would
+            options = cpu_check_options(options)
         selection = _selection(user, names, dataset, library)
-        jobs = plan(combined, selection.names, _split(solutions), chosen_suite, on_gpu, options)
-        jobs = [job for job in jobs if selection.keeps(job)]
-    except (ValueError, ImportError, RuntimeError, ConnectionError) as error:  # PlanError too
+        definitions = select_or_exit(combined, selection.names, dataset)
+        made = make_plan(
+            combined, selection.names, _split(solutions), chosen_suite, on_gpu, options
+        )
+        selection.limit(made)
+    except (ValueError, ImportError, RuntimeError, ConnectionError, typer.Exit) as error:
         if runner_executor is not None:
             runner_executor.close()
-        errors.print(str(error), style="red", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    from kernelarena.evaluate.runner import failed_statuses
-    from kernelarena.report.console import failure_details, run_tables
+        if isinstance(error, typer.Exit):
+            raise
+        fail(str(error))
     from kernelarena.report.progress import plan_summary
 
-    out.print(
-        f"{plan_summary(jobs)} on {', '.join(devices)}; traces go to {user.root}",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
-    if not jobs:
-        out.print(f"no job: no workload of these is in the {chosen_suite} suite (try --suite all)")
-    summary = _run_with_progress(jobs, runner_executor, user, resume, out)
-    if as_json:
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "environments": summary.environments,
-                    "traces": [t.to_json_dict() for t in summary.traces],
-                    "skipped": [
-                        {"solution": j.solution.name, "workload": j.workload.uuid, "reason": r}
-                        for j, r in summary.skipped
-                    ],
-                    "resumed": summary.resumed,
-                }
-            )
-            + "\n"
-        )
-    else:
-        for environment in summary.environments:
-            ceilings = environment.get("ceilings") or {}
-            console.print(
-                f"{environment['device']}: {environment['hardware']}; copy {ceilings.get('copy_gbps', 0):.0f} GB/s, "
-                f"matmul {ceilings.get('matmul_tflops', 0):.1f} TFLOP/s"
-            )
-            if environment.get("startup"):
-                console.print(f"  worker start-up {describe_startup(environment['startup'])}")
-        run_tables(combined, summary.traces, summary.skipped, console)
-        failure_details(summary.traces, console)
-    counts = failed_statuses(summary)
-    passed = sum(t.passed for t in summary.traces)
-    out.print(
-        f"{passed} passed, {len(summary.failures)} failed "
-        f"({', '.join(f'{k.value} {v}' for k, v in counts.items()) or 'none'}), "
-        f"{len(summary.skipped)} skipped, {summary.resumed} already done"
-    )
-    if summary.failures and not allow_failures:
+    several_cpus = len(devices) > 1 and set(devices) == {"cpu"}
+    where = f"cpu ({len(devices)} workers)" if several_cpus else ", ".join(devices)
+    say(out, f"{plan_summary(made.jobs)} on {where}; traces go to {user.root}")
+    print_left_out(made, combined, out)
+    if not made.jobs:
+        runner_executor.close()
+        for line in why_nothing_runs(combined, definitions, made, chosen_suite, on_gpu):
+            say(out, f"no job: {line}", "red")
         raise typer.Exit(1)
+    summary = _run_with_progress(made.jobs, runner_executor, user, resume, out)
+    if as_json:
+        sys.stdout.write(json.dumps(json_summary(summary, made)) + "\n")
+    else:
+        print_results(combined, summary, on_gpu, console)
+    finish(summary, made, out, allow_failures)
 
 
 def _run_with_progress(
@@ -211,6 +209,46 @@ def _run_with_progress(
         executor.close()
 
 
+def _start_executor(
+    kind: str,
+    address: str | None,
+    device: str | None,
+    timeouts: Timeouts,
+    ray_resources: str | None,
+    ray_accelerator: str | None,
+    ray_label: list[str] | None,
+    ray_workers: int | None,
+) -> tuple[Executor, list[str], bool]:
+    """The executor, launched (its workers import torch while this process loads the datasets),
+    the devices it runs on, and whether they are GPUs."""
+    if kind == "ray":
+        # The cluster decides where jobs run, and so whether the plan is for GPUs: a laptop
+        # without one still plans the GPU suites for a Ray head on a GPU box.
+        ray_executor = _ray_executor(
+            address, device, timeouts, ray_resources, ray_accelerator, ray_label, ray_workers
+        )
+        on_gpu = ray_executor.uses_gpu()
+        where = f"the Ray cluster at {address or 'this machine'} ({'GPU' if on_gpu else 'CPU'})"
+        return ray_executor, [where], on_gpu
+    if ray_resources or ray_accelerator or ray_label or ray_workers:
+        raise ValueError("--ray-* options need --executor ray")
+    from kernelarena.evaluate.devices import resolve_devices
+
+    devices = resolve_devices(device)
+    if device in (None, "", "auto") and devices == ["cpu"]:
+        devices = ["cpu"] * cpu_check_workers()
+    local = _executor(kind, devices, timeouts)
+    local.launch()
+    return local, devices, any(d.startswith("cuda") for d in devices)
+
+
+def cpu_check_workers() -> int:
+    """Workers for a run without a GPU (and without --device): one per core, up to four. A CPU's
+    times are checks that rank nothing, so its workers may share it: on two cores the built-in
+    library's smoke run takes 4 minutes instead of 10 (2026-11-27, a loaded machine)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 @dataclass(frozen=True)
 class _Selection:
     """Which definitions a command is about, and for definitions the dataset adds workloads or
@@ -222,6 +260,20 @@ class _Selection:
     def keeps(self, job: Job) -> bool:
         limit = self.own_jobs.get(job.definition.name)
         return limit is None or job.solution.name in limit[0] or job.workload.uuid in limit[1]
+
+    def limit(self, made: Plan) -> None:
+        """Keep only the dataset's own jobs, and what it left out of those."""
+        made.jobs = [job for job in made.jobs if self.keeps(job)]
+        made.skipped = [
+            (d, s, why)
+            for d, s, why in made.skipped
+            if d.name not in self.own_jobs or s.name in self.own_jobs[d.name][0]
+        ]
+        made.rejected = [
+            (d, w, why)
+            for d, w, why in made.rejected
+            if d.name not in self.own_jobs or w.uuid in self.own_jobs[d.name][1]
+        ]
 
 
 def _selection(
@@ -256,19 +308,6 @@ def _selection(
             "--library for the built-in library"
         )
     return _Selection(chosen, own)
-
-
-def _import_user_modules(modules: list[str]) -> None:
-    import importlib
-
-    if modules and "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")  # the current folder, as `python -m` would
-    for module in modules:
-        try:
-            importlib.import_module(module.removesuffix(".py").replace("/", "."))
-        except Exception as error:
-            errors.print(f"[red]--import {module}: {type(error).__name__}: {error}[/red]")
-            raise typer.Exit(2) from None
 
 
 def _executor(kind: str, devices: list[str], timeouts: Timeouts) -> LocalExecutor:

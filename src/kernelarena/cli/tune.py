@@ -10,18 +10,25 @@ from kernelarena.cli.common import DatasetOption, app, console, errors
 from kernelarena.evaluate.jobs import Timeouts
 
 
-@app.command()
+@app.command(short_help="Measure the library on this GPU within a time budget.")
 def tune(
     names: Annotated[
         Optional[list[str]],
         typer.Argument(help="definitions, families or op_types (default: the whole library)"),
     ] = None,
-    budget: Annotated[str, typer.Option(help="wall time to spend: 90s, 10m, 1.5h, 1h30m")] = "10m",
+    budget: Annotated[
+        str, typer.Option(metavar="TIME", help="wall time to spend: 90s, 10m, 1.5h, 1h30m")
+    ] = "10m",
     device: Annotated[
-        Optional[str], typer.Option("--device", help="cuda (every GPU, the default) or cuda:0,...")
+        Optional[str],
+        typer.Option(
+            "--device", metavar="DEVICE", help="cuda (every GPU, the default) or cuda:0,..."
+        ),
     ] = None,
     dataset: DatasetOption = None,
-    trials: Annotated[int, typer.Option(help="checks with fresh random inputs per workload")] = 3,
+    trials: Annotated[
+        int, typer.Option(metavar="N", help="checks with fresh random inputs per workload")
+    ] = 3,
 ) -> None:
     """Measure the library (or NAMES) on this machine's GPU within --budget, into your dataset:
     apply and 'dispatch show' use these traces from then on. Run it again to go on where it stopped."""

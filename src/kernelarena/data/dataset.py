@@ -11,6 +11,7 @@ traces and workloads are appended one line at a time and flushed to disk.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,47 +254,110 @@ class TraceSet:
     # -- adding and writing -------------------------------------------------------------------
 
     def add_definition(self, definition: Definition, *, persist: bool = True) -> None:
-        self._index_definition(definition, "(added)")
-        if persist and self.root is not None:
-            _write_new(
-                self.root / "definitions" / definition.op_type / f"{definition.name}.json",
-                definition,
-                root=self.root,
+        """Add a definition (and write it, when the set has a folder). The same definition again
+        is a no-op, so a set-up script can run twice; another under a taken name is an error
+        that names the name and the file."""
+        known = self.definitions.get(definition.name)
+        if known is not None:
+            if known.to_json_dict() == definition.to_json_dict():
+                return
+            where = self.origin.get(f"definition:{definition.name}", "this dataset")
+            raise ValueError(
+                f"definition '{definition.name}' is already in {where} with other content; "
+                "give the new one another name (or remove the old one first)"
             )
+        if persist and self.root is not None:
+            path = self.root / "definitions" / definition.op_type / f"{definition.name}.json"
+            _write_new_model(path, definition, f"definition '{definition.name}'", self.root)
+            self._index_definition(definition, self._label(path, self.root))
+        else:
+            self._index_definition(definition, "(added)")
 
     def add_solution(self, solution: Solution, *, persist: bool = True) -> None:
+        """Add a solution (and write it); the same one again is a no-op, another under a taken
+        name an error naming the name and the file, as for definitions."""
         definition = self.definitions.get(solution.definition)
         if definition is None:
             raise ValueError(
                 f"solution '{solution.name}': unknown definition '{solution.definition}'"
             )
-        self._index_solution(solution, "(added)")
-        if persist and self.root is not None:
-            path = (
-                self.root
-                / "solutions"
-                / definition.op_type
-                / definition.name
-                / f"{solution.name}.json"
+        known = self.solutions.get(solution.name)
+        if known is not None:
+            if known.to_json_dict() == solution.to_json_dict():
+                return
+            where = self.origin.get(f"solution:{solution.name}", "this dataset")
+            raise ValueError(
+                f"solution '{solution.name}' is already in {where} with other content; give the "
+                "new one another name"
             )
-            _write_new(path, solution, root=self.root)
+        if persist and self.root is not None:
+            folder = self.root / "solutions" / definition.op_type / definition.name
+            path = folder / f"{solution.name}.json"
+            _write_new_model(path, solution, f"solution '{solution.name}'", self.root)
+            self._index_solution(solution, self._label(path, self.root))
+        else:
+            self._index_solution(solution, "(added)")
 
     def add_workload(
         self, definition_name: str, workload: Workload, *, persist: bool = True
     ) -> None:
-        definition = self.definitions[definition_name]
-        before = len(self.workloads.get(definition_name, []))
+        """Add a workload (and append it to the definition's workloads file). It is checked
+        against the definition at once: a missing axis or input is a ValueError here, not a
+        failure of every solution later. The same workload again (in memory or already in the
+        file) is a no-op; another under a taken uuid is an error naming the uuid and the file."""
+        definition = self.definitions.get(definition_name)
+        if definition is None:
+            raise ValueError(
+                f"workload '{workload.uuid}': unknown definition '{definition_name}' "
+                "(add_definition first)"
+            )
+        problems = self.workload_problems(definition, workload)
+        if problems:
+            raise ValueError(
+                f"workload '{workload.uuid}' of {definition_name}: "
+                + "; ".join(f"{where}: {what}" for where, what in problems)
+            )
+        path = None
+        if persist and self.root is not None:
+            path = self.root / "workloads" / definition.op_type / f"{definition_name}.jsonl"
+        known = self._same_uuid(definition_name, workload, path)
+        if known is not None:
+            if known.to_json_dict() != workload.to_json_dict():
+                where = self.origin.get(f"workload:{workload.uuid}", "this dataset")
+                raise ValueError(
+                    f"workload uuid '{workload.uuid}' of {definition_name} is already taken in "
+                    f"{where} by another workload; give the new one another uuid"
+                )
+            if all(w.uuid != workload.uuid for w in self.workloads.get(definition_name, [])):
+                label = self.origin.get(f"workload:{workload.uuid}", "(added)")
+                self._index_workload(definition_name, known, label)
+            return
         self._index_workload(definition_name, workload, "(added)")
-        if persist and self.root is not None and len(self.workloads[definition_name]) > before:
+        if path is not None and self.root is not None:
             self.blob_roots.setdefault(workload.uuid, self.root)
             line = Trace(
                 definition=definition_name, workload=workload, solution=None, evaluation=None
             )
-            append_line(
-                self.root / "workloads" / definition.op_type / f"{definition_name}.jsonl",
-                line,
-                root=self.root,
-            )
+            append_line(path, line, root=self.root)
+
+    def _same_uuid(self, definition: str, workload: Workload, path: Path | None) -> Workload | None:
+        """The workload already known under this uuid, in memory or in the file at ``path``."""
+        for known in self.workloads.get(definition, []):
+            if known.uuid == workload.uuid:
+                return known
+        if path is None or not path.is_file():
+            return None
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if f'"{workload.uuid}"' in line:
+                try:
+                    found = Trace.model_validate_json(line).workload
+                except ValidationError:
+                    continue  # a bad line is the loader's to report
+                if found.uuid == workload.uuid:
+                    self.origin.setdefault(f"workload:{workload.uuid}", f"{path}:{number}")
+                    self.blob_roots.setdefault(workload.uuid, path.parents[2])
+                    return found
+        return None
 
     def append_trace(self, trace: Trace) -> None:
         """Index a trace and, when the set has a folder, append it to disk and flush."""
@@ -375,3 +439,19 @@ class TraceSet:
                 if not source.is_file():
                     continue  # missing here too: the copy is as complete as the original
                 write_new_bytes(target, source.read_bytes(), root=root)
+
+
+def _write_new_model(path: Path, model: Schema, what: str, root: Path) -> None:
+    """Write a new file, or leave one that already holds the same model; another is an error."""
+    if path.is_file():
+        try:
+            same = json.loads(path.read_text(encoding="utf-8")) == model.to_json_dict()
+        except (OSError, ValueError):
+            same = False
+        if same:
+            return
+        raise FileExistsError(
+            f"{what}: {path} holds another one of that name; not replacing it (give the new one "
+            "another name, or delete the file)"
+        )
+    _write_new(path, model, root=root)

@@ -7,6 +7,10 @@ with the same definition, solution and workload hashes on the same hardware, so 
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +97,15 @@ def solution_matches(solution: Solution, filters: Sequence[str] | None) -> bool:
     return any(f in (solution.name, suffix, solution.spec.language.value) for f in filters)
 
 
+@dataclass
+class Plan:
+    """The jobs, and what was left out before any solution ran, with why."""
+
+    jobs: list[Job] = field(default_factory=list)
+    skipped: list[tuple[Definition, Solution, str]] = field(default_factory=list)  # can't run here
+    rejected: list[tuple[Definition, Workload, str]] = field(default_factory=list)  # user's errors
+
+
 def plan(
     trace_set: TraceSet,
     names: Sequence[str] | None = None,
@@ -101,24 +114,64 @@ def plan(
     on_gpu: bool = False,
     options: Options | None = None,
 ) -> list[Job]:
-    options = options or Options()
-    jobs: list[Job] = []
+    """The jobs of ``make_plan``; what it leaves out is warned about (the Python API's answer)."""
+    made = make_plan(trace_set, names, solutions, suite, on_gpu, options)
+    for definition, workload, why in made.rejected:
+        warnings.warn(f"{workload_where(trace_set, definition, workload)}: {why}", stacklevel=2)
     for definition in select_definitions(trace_set, names):
-        candidates = [
-            s
-            for s in trace_set.solutions_for(definition.name)
-            if solution_matches(s, solutions)
-            and (on_gpu or s.runs_on("cpu") or s.spec.language in (Language.CUDA, Language.CPP))
-        ]
-        workloads = select_workloads(trace_set.workloads_for(definition.name), suite, on_gpu)
-        # Solution by solution: each solution runs in a sandbox process of its own, started once
-        # and kept for all its workloads.
+        if not trace_set.solutions_for(definition.name):
+            warnings.warn(f"'{definition.name}' has no solution: {NO_SOLUTION_HINT}", stacklevel=2)
+    return made.jobs
+
+
+NO_SOLUTION_HINT = (
+    "import the module that calls kernelarena.register for it (kernelarena run --import MODULE), "
+    "or add solutions/<op_type>/<definition>/<name>.json to the dataset"
+)
+
+
+def make_plan(
+    trace_set: TraceSet,
+    names: Sequence[str] | None = None,
+    solutions: Sequence[str] | None = None,
+    suite: str = "smoke",
+    on_gpu: bool = False,
+    options: Options | None = None,
+    memory_bytes: int | None = None,
+) -> Plan:
+    """Jobs solution by solution (each runs in a sandbox process of its own, started once and kept
+    for all its workloads). Left out, with the reason: solutions whose target hardware is not
+    here, and workloads that cannot run at all (axes that do not resolve, inputs that do not
+    match the definition, tensors larger than the device's ``memory_bytes``)."""
+    options = options or Options()
+    if memory_bytes is None:
+        memory_bytes = device_memory_bytes(on_gpu)
+    made = Plan()
+    runnable = 0  # solutions chosen that can run here
+    for definition in select_definitions(trace_set, names):
+        candidates = []
+        for solution in trace_set.solutions_for(definition.name):
+            if not solution_matches(solution, solutions):
+                continue
+            why = left_out_here(solution, on_gpu)
+            if why:
+                made.skipped.append((definition, solution, why))
+            else:
+                candidates.append(solution)
+        runnable += len(candidates)
+        workloads = []
+        for workload in select_workloads(trace_set.workloads_for(definition.name), suite, on_gpu):
+            why = workload_error(trace_set, definition, workload, memory_bytes)
+            if why:
+                made.rejected.append((definition, workload, why))
+            else:
+                workloads.append(workload)
         for solution in candidates:
             for workload in workloads:
                 root = trace_set.blob_roots.get(workload.uuid, trace_set.root)
-                jobs.append(
+                made.jobs.append(
                     Job(
-                        len(jobs),
+                        len(made.jobs),
                         definition,
                         solution,
                         workload,
@@ -126,11 +179,77 @@ def plan(
                         Path(root) if root else None,
                     )
                 )
-    if solutions and not jobs:
-        raise PlanError(
-            f"--solutions {list(solutions)} match no solution of the chosen definitions"
-        )
-    return jobs
+    if solutions and not runnable:
+        raise PlanError(_no_solution_matches(trace_set, names, solutions, made))
+    return made
+
+
+def _no_solution_matches(
+    trace_set: TraceSet, names: Sequence[str] | None, solutions: Sequence[str], made: Plan
+) -> str:
+    reasons = "".join(f"; {s.name} {why}" for _, s, why in made.skipped)
+    known = sorted(
+        s.name
+        for d in select_definitions(trace_set, names)
+        for s in trace_set.solutions_for(d.name)
+    )
+    listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "") if known else "none"
+    return (
+        f"--solutions {','.join(solutions)} match no solution of the chosen definitions that can "
+        f"run here{reasons}; their solutions: {listed} (one registered from Python needs "
+        "--import MODULE)"
+    )
+
+
+def left_out_here(solution: Solution, on_gpu: bool) -> str:
+    """Why the solution is not run on this machine, or '' (CUDA and C++ build without a GPU)."""
+    if on_gpu or solution.runs_on("cpu") or solution.spec.language in (Language.CUDA, Language.CPP):
+        return ""
+    return f"targets {', '.join(solution.spec.target_hardware) or 'nothing'}; no GPU here"
+
+
+def workload_error(
+    trace_set: TraceSet, definition: Definition, workload: Workload, memory_bytes: int | None
+) -> str:
+    """Why a workload cannot run at all (the user's error, not a solution's), or ''."""
+    problems = trace_set.workload_problems(definition, workload)
+    if problems:
+        return "; ".join(f"{where}: {what}" for where, what in problems)
+    if memory_bytes:
+        axes = definition.resolve_axes(workload.axes)
+        needed = sum(definition.nbytes(n, axes) for n in (*definition.inputs, *definition.outputs))
+        if needed > memory_bytes:
+            return (
+                f"its inputs and outputs alone take {needed / 1e9:.4g} GB, more than the "
+                f"{memory_bytes / 1e9:.4g} GB of memory of this device"
+            )
+    return ""
+
+
+def workload_where(trace_set: TraceSet, definition: Definition, workload: Workload) -> str:
+    origin = trace_set.origin.get(f"workload:{workload.uuid}", "")
+    return f"workload '{workload.uuid}' of {definition.name}" + (f" ({origin})" if origin else "")
+
+
+def device_memory_bytes(on_gpu: bool) -> int | None:
+    """The smallest GPU's memory (nvidia-smi, so no torch here), else this machine's; None when
+    unknown."""
+    if on_gpu:
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            return None
+        try:
+            listed = subprocess.run(
+                [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=30, check=True,
+            ).stdout  # fmt: skip
+            return min(int(line) for line in listed.split()) * 2**20
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def completed(

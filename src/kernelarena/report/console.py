@@ -6,8 +6,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kernelarena.data import Definition, Trace, TraceSet, Workload
 
@@ -27,19 +29,30 @@ def _number(value: float | None, unit: str = "", digits: int = 3) -> str:
     return f"{value:.{digits}g}{unit}"
 
 
-def _latency(trace: Trace) -> tuple[str, str, str, str]:
+def _microseconds(value_ms: float) -> str:
+    """``0.512``, ``12.3``, ``36790``: three figures, never an exponent."""
+    value = value_ms * 1e3
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def _latency(trace: Trace, checks_only: bool) -> list[str]:
     evaluation = trace.evaluation
     assert evaluation is not None
     performance = evaluation.performance
-    if performance is None:
-        return "", "", "", ""
-    latency = performance.latency_ms * 1e3
+    if performance is None or not performance.latency_ms:
+        return ["", ""] if checks_only else ["", "", "", ""]
     spread = ""
     if performance.latency_p20_ms is not None and performance.latency_p80_ms is not None:
-        spread = f"{performance.latency_p20_ms * 1e3:.4g}-{performance.latency_p80_ms * 1e3:.4g}"
+        spread = (
+            f"{_microseconds(performance.latency_p20_ms)}-"
+            f"{_microseconds(performance.latency_p80_ms)}"
+        )
+    shown = [_microseconds(performance.latency_ms), spread]
+    if checks_only:
+        return shown
     speedup = f"{performance.speedup_factor:.2f}x" if performance.speedup_factor else ""
     fraction = performance.ceiling_fraction
-    return f"{latency:.4g}", spread, speedup, f"{fraction:.0%}" if fraction is not None else ""
+    return [*shown, speedup, f"{fraction:.0%}" if fraction is not None else ""]
 
 
 def run_tables(
@@ -47,7 +60,11 @@ def run_tables(
     traces: Iterable[Trace],
     skipped: Sequence[tuple[Any, str]],
     console: Console,
+    *,
+    checks_only: bool = False,
 ) -> None:
+    """A table per definition; ``checks_only`` (a CPU run): no speedup or share of the ceiling,
+    which the CPU's clock cannot tell."""
     by_definition: dict[str, list[Trace]] = defaultdict(list)
     for trace in traces:
         by_definition[trace.definition].append(trace)
@@ -56,30 +73,33 @@ def run_tables(
         skipped_by_definition[job.definition.name].append((job.solution.name, note))
     for name in sorted(set(by_definition) | set(skipped_by_definition)):
         definition = trace_set.definitions.get(name)
-        console.print(_definition_table(name, definition, by_definition.get(name, [])))
+        console.print(_definition_table(name, definition, by_definition.get(name, []), checks_only))
         notes = sorted(set(skipped_by_definition.get(name, [])))
         for solution, note in notes:
-            console.print(f"  skipped {solution}: {note}", style="dim")
+            console.print(
+                f"  skipped {solution}: {note}", style="dim", markup=False, highlight=False
+            )
 
 
-def _definition_table(name: str, definition: Definition | None, traces: list[Trace]) -> Table:
+def _definition_table(
+    name: str, definition: Definition | None, traces: list[Trace], checks_only: bool
+) -> Table:
+    """Text columns fold to the terminal's width; number columns never wrap or shorten."""
     table = Table(
-        title=f"{name}" + (f" ({definition.op_type})" if definition else ""), title_justify="left"
+        title=f"{name}" + (f" ({definition.op_type})" if definition else "") + ", times in us",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=0,
+        show_edge=False,
     )
-    for column in (
-        "workload",
-        "solution",
-        "status",
-        "max abs err",
-        "max rel err",
-        "median us",
-        "p20-p80 us",
-        "speedup",
-        "of ceiling",
-    ):
-        table.add_column(
-            column, justify="left" if column in ("workload", "solution", "status") else "right"
-        )
+    table.add_column("workload", overflow="fold", min_width=10, ratio=2)
+    table.add_column("solution", overflow="fold", min_width=8, ratio=1)
+    table.add_column("status", overflow="fold", min_width=6)
+    numbers = ["abs err", "rel err", "median", "p20-p80"]
+    numbers += [] if checks_only else ["speedup", "ceiling"]
+    for column in numbers:
+        table.add_column(column, justify="right", no_wrap=True)
     ordered = sorted(traces, key=lambda t: (workload_label(t.workload), t.solution or ""))
     previous = None
     for trace in ordered:
@@ -89,15 +109,14 @@ def _definition_table(name: str, definition: Definition | None, traces: list[Tra
         correctness = evaluation.correctness
         short = (trace.solution or "").removeprefix(name + "_")
         status = evaluation.status.value
-        style = None if status == "PASSED" else "red"
         table.add_row(
             label if label != previous else "",
             short,
             status,
             _number(correctness.max_absolute_error if correctness else None),
             _number(correctness.max_relative_error if correctness else None),
-            *_latency(trace),
-            style=style,
+            *_latency(trace, checks_only),
+            style=None if status == "PASSED" else "red",
         )
         previous = label
     return table
@@ -108,7 +127,8 @@ def failure_details(traces: Iterable[Trace], console: Console, limit: int = 20) 
     for trace in failures[:limit]:
         evaluation = trace.evaluation
         assert evaluation is not None
-        first = evaluation.log.strip().splitlines()
+        # What the solution printed is appended after this marker; the verdict comes before it.
+        first = evaluation.log.split("\n--- output ---", 1)[0].strip().splitlines()
         summary = first[-1] if first else ""
         if evaluation.status.value in (
             "INCORRECT_NUMERICAL",
@@ -117,40 +137,49 @@ def failure_details(traces: Iterable[Trace], console: Console, limit: int = 20) 
             "TIMEOUT",
         ):
             summary = first[0] if first else ""
-        console.print(
-            f"[red]{evaluation.status.value}[/red] {trace.solution} on {workload_label(trace.workload)}: {summary[:400]}"
-        )
+        line = Text(evaluation.status.value, style="red")
+        line.append(f" {trace.solution} on {workload_label(trace.workload)}: {summary[:400]}")
+        console.print(line)
     if len(failures) > limit:
         console.print(f"... and {len(failures) - limit} more failures (see the traces' logs)")
 
 
-def definitions_table(trace_set: TraceSet) -> Table:
-    table = Table(title="definitions", title_justify="left")
-    for column in (
-        "name",
-        "op_type",
-        "axes",
-        "inputs -> outputs",
-        "solutions",
-        "workloads",
-        "traces",
-    ):
-        table.add_column(column, no_wrap=column == "name")
-    for name, definition in sorted(trace_set.definitions.items()):
+def definitions_table(
+    trace_set: TraceSet,
+    names: Iterable[str] | None = None,
+    title: str | None = None,
+    width: int = 160,
+) -> Table:
+    """One row per definition (``names``, else all): how many solutions, workloads and traces it
+    has, and its axes; op_type and the signature too where the terminal is ``width`` wide enough
+    for them (``kernelarena show NAME`` has everything)."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("name", no_wrap=True)
+    for column in ("solutions", "workloads", "traces"):
+        table.add_column(column, justify="right", no_wrap=True)
+    wide = width >= 120
+    if wide:
+        table.add_column("op_type", no_wrap=True)
+    table.add_column("axes", overflow="fold")
+    if width >= 160:
+        table.add_column("inputs -> outputs", overflow="fold")
+    for name in sorted(trace_set.definitions if names is None else names):
+        definition = trace_set.definitions[name]
         axes = ", ".join(
             f"{a}={spec.value}"
             if spec.type == "const"
             else (f"{a}={spec.expression}" if getattr(spec, "expression", None) else a)
             for a, spec in definition.axes.items()
         )
-        signature = f"{', '.join(definition.inputs)} -> {', '.join(definition.outputs)}"
-        table.add_row(
+        row = [
             name,
-            definition.op_type,
-            axes,
-            signature,
             str(len(trace_set.solutions_for(name))),
             str(len(trace_set.workloads.get(name, []))),
             str(len(trace_set.traces.get(name, []))),
-        )
+            *([definition.op_type] if wide else []),
+            axes,
+        ]
+        if width >= 160:
+            row.append(f"{', '.join(definition.inputs)} -> {', '.join(definition.outputs)}")
+        table.add_row(*row)
     return table

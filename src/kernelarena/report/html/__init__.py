@@ -19,7 +19,13 @@ from kernelarena.data import Definition, TraceSet
 from kernelarena.report.html import figures
 from kernelarena.report.html.markup import json_script, tag, text
 from kernelarena.report.html.model_run import ModelRun, model_page, model_page_id
-from kernelarena.report.html.pages import Figures, definition_page, navigation, summary_page
+from kernelarena.report.html.pages import (
+    Figures,
+    definition_page,
+    hardware_order,
+    navigation,
+    summary_page,
+)
 from kernelarena.report.html.views import DefinitionResults, collect
 
 __all__ = ["Report", "build_report", "write_report"]
@@ -53,7 +59,7 @@ def build_report(
         pages.append(model_page(run, index, drawn, reported))
         extra.append((model_page_id(index), f"Model: {run.model.get('name', index)}"))
     pages += [definition_page(results, drawn) for results in collected]
-    models = sorted({h for r in collected for h in r.by_hardware})
+    models = hardware_order(collected)
     models += sorted({str(r.environment.get("device")) for r in model_runs} - set(models))
     traces = sum(p.traces for r in collected for p in r.provenance.values())
     document = _document(

@@ -7,6 +7,7 @@ report of a few hundred figures small.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -104,19 +105,35 @@ def performance_figure(
             legendgroup=solution,
             line=dict(color=palette[solution], dash=DASHES[style % len(DASHES)]),
             marker=dict(symbol=SYMBOLS[style % len(SYMBOLS)], size=7),
-            text=[_hover(results, p) for p in line],
+            text=[_hover(results, p, measured.on_cpu) for p in line],
             hovertemplate="%{text}<extra></extra>",
         )
     _add_reference(figure, points, axes.x)
+    title = f"{results.name} on {measured.hardware}"
+    yaxis: dict[str, Any] = dict(title=dict(text="latency (us)"), type="log")
+    menus = [_metric_menu(drawn)]
+    if measured.on_cpu:  # a check: the times of a shared CPU, whose noise would set the scale
+        title += f"<br><sup>{CPU_PLOT_NOTE}</sup>"
+        yaxis["range"] = middle_range([p.latency_us for p in points])
+        menus = []
     figure.update_layout(
-        _layout(
-            f"{results.name} on {measured.hardware}",
-            xaxis=_shape_axis(axes, points),
-            yaxis=dict(title=dict(text="latency (us)"), type="log"),
-            updatemenus=[_metric_menu(drawn)],
-        )
+        _layout(title, xaxis=_shape_axis(axes, points), yaxis=yaxis, updatemenus=menus)
     )
     return to_json(figure)
+
+
+CPU_PLOT_NOTE = (
+    "CPU check, not a ranking: medians with p20-p80 bars; the scale spans the middle 90% of the "
+    "medians, so noise spikes run off it"
+)
+
+
+def middle_range(values: Sequence[float], percent: int = 90) -> list[float]:
+    """A log10 axis range over the middle ``percent`` of ``values``, with a factor 2 of margin."""
+    ordered = sorted(v for v in values if v > 0) or [1.0]
+    cut = len(ordered) * (100 - percent) // 200  # from either end
+    low, high = ordered[cut], ordered[len(ordered) - 1 - cut]
+    return [math.log10(low / 2), math.log10(high * 2)]
 
 
 def _shape_axis(axes: ShapeAxes, points: Sequence[Point]) -> dict[str, Any]:
@@ -146,7 +163,7 @@ def _latency_spread(line: Sequence[Point]) -> dict[str, Any]:
     )
 
 
-def _hover(results: DefinitionResults, point: Point) -> str:
+def _hover(results: DefinitionResults, point: Point, checks_only: bool = False) -> str:
     spread = ""
     if point.p20_us is not None and point.p80_us is not None:
         spread = f" (p20-p80 {point.p20_us:.4g}-{point.p80_us:.4g})"
@@ -155,6 +172,8 @@ def _hover(results: DefinitionResults, point: Point) -> str:
         point.label,
         f"{point.latency_us:.4g} us{spread}",
     ]
+    if checks_only:
+        return "<br>".join(lines)
     if point.speedup:
         lines.append(f"{point.speedup:.2f}x the reference")
     rates = [f"{point.gbps:.4g} GB/s" if point.gbps else "", _tflops(point.tflops)]

@@ -69,6 +69,13 @@ def definition_page(results: DefinitionResults, drawn: Figures) -> str:
     return tag("section", "".join(parts), class_="page", id=definition_page_id(results.name))
 
 
+CPU_NOTE = (
+    "CPU traces are checks, not rankings: a CPU runs the references, the torch solutions and "
+    "Triton's interpreter, not the GPU kernels, so these times say nothing about speed on a GPU "
+    "and no speedup or share of a ceiling is shown for them."
+)
+
+
 def _hardware_block(
     results: DefinitionResults,
     measured: HardwareResults,
@@ -76,20 +83,25 @@ def _hardware_block(
     drawn: Figures,
 ) -> str:
     passed, failed = sum(measured.passed.values()), sum(measured.failed.values())
-    parts = [
-        tag("h2", text(measured.hardware)),
-        tag("p", f"{passed} passed, {failed} failed (latest trace per solution and workload)"),
-        tag("h3", "Leaderboard"),
+    counts = f"{passed} passed, {failed} failed (latest trace per solution and workload)"
+    parts = [tag("h2", text(measured.hardware + (": checks" if measured.on_cpu else "")))]
+    if measured.on_cpu:
+        parts.append(tag("p", text(CPU_NOTE), class_="note"))
+    parts += [
+        tag("p", counts),
+        tag("h3", "Checks" if measured.on_cpu else "Leaderboard"),
         _leaderboard_table(results, measured),
+        _unknown_solutions_note(results, measured),
     ]
     if measured.points:
         parts.append(drawn.place(figures.performance_figure(results, measured, palette)))
-        parts.append(
-            drawn.place(
-                figures.ceiling_figure(results, measured, palette),
-                "no fraction of the ceiling: these traces count neither bytes nor FLOPs",
+        if not measured.on_cpu:
+            parts.append(
+                drawn.place(
+                    figures.ceiling_figure(results, measured, palette),
+                    "no fraction of the ceiling: these traces count neither bytes nor FLOPs",
+                )
             )
-        )
     else:
         parts.append(
             tag(
@@ -104,29 +116,52 @@ def _hardware_block(
     return tag("div", "".join(parts), class_="hardware", data_hardware=measured.hardware)
 
 
+def _unknown_solutions_note(results: DefinitionResults, measured: HardwareResults) -> str:
+    unknown = [s for s in measured.solutions if s not in results.solutions]
+    if not unknown:
+        return ""
+    names = ", ".join(results.short(s) for s in unknown)
+    return tag(
+        "p",
+        text(
+            f"Not in the dataset: {names}. Solutions registered from Python are known only "
+            "where their module is imported: 'kernelarena report --import MODULE' shows their "
+            "language and author."
+        ),
+        class_="note",
+    )
+
+
 def _leaderboard_table(results: DefinitionResults, measured: HardwareResults) -> str:
+    """Solutions by speedup; on a CPU a table of checks (no speedup, share of the ceiling or
+    fastest count: the CPU's clock ranks nothing)."""
     rows = []
     workloads = len({p.workload for p in measured.points})
     for standing in leaderboard(results, measured):
-        rows.append(
-            [
-                text(results.short(standing.solution)),
-                text(standing.language),
-                text(standing.author),
-                text(standing.kind),
-                number_cell(standing.passed, str(standing.passed)),
-                number_cell(standing.failed, str(standing.failed)),
-                number_cell(standing.timed, f"{standing.timed} of {workloads}"),
+        row = [
+            text(results.short(standing.solution)),
+            text(standing.language),
+            text(standing.author),
+            text(standing.kind),
+            number_cell(standing.passed, str(standing.passed)),
+            number_cell(standing.failed, str(standing.failed)),
+            number_cell(standing.timed, f"{standing.timed} of {workloads}"),
+        ]
+        if not measured.on_cpu:
+            row += [
                 spread_cell(standing.speedup),
                 spread_cell(standing.ceiling, percent=True),
                 number_cell(standing.fastest, str(standing.fastest)),
             ]
-        )
-    headers = (
-        "solution", "language", "author", "side", "passed", "failed", "timed",
+        rows.append(row)
+    headers = ["solution", "language", "author", "side", "passed", "failed", "timed"]
+    if measured.on_cpu:
+        return table(headers, rows, numeric=(4, 5, 6))
+    headers += [
         "speedup over the reference: geomean (min-max)",
-        "of the ceiling: median (min-max)", "fastest at",
-    )  # fmt: skip
+        "of the ceiling: median (min-max)",
+        "fastest at",
+    ]
     return table(headers, rows, numeric=(4, 5, 6, 7, 8, 9))
 
 
@@ -158,15 +193,16 @@ def provenance_table(provenance: Sequence[Provenance]) -> str:
                 text(", ".join(sorted(source.devices))),
                 number_cell(source.traces, str(source.traces)),
                 number_cell(source.outdated, str(source.outdated)),
+                number_cell(source.unknown, str(source.unknown)),
                 text(f"{source.first[:10]} to {source.last[:10]}"),
                 text("; ".join(ceilings)),
                 text(libs),
             ]
         )
         attributes.append({"data_hardware": source.hardware})
-    headers = ("hardware", "devices", "traces", "outdated", "dates", "ceilings (median)",
-               "versions")  # fmt: skip
-    return table(headers, rows, row_attributes=attributes, numeric=(2, 3))
+    headers = ("hardware", "devices", "traces", "outdated", "of solutions not in the dataset",
+               "dates", "ceilings (median)", "versions")  # fmt: skip
+    return table(headers, rows, row_attributes=attributes, numeric=(2, 3, 4))
 
 
 def _middle(values: Sequence[float]) -> float:
@@ -176,7 +212,7 @@ def _middle(values: Sequence[float]) -> float:
 def summary_page(
     collected: Sequence[DefinitionResults], untraced: Sequence[str], drawn: Figures
 ) -> str:
-    models = sorted({h for r in collected for h in r.by_hardware})
+    models = hardware_order(collected)
     traces = sum(p.traces for r in collected for p in r.provenance.values())
     parts = [
         tag("h1", "Summary"),
@@ -193,27 +229,48 @@ def summary_page(
             ),
         ),
     ]
+    cpus = _cpu_models(collected)
     for model in models:
         ranks = rank_definitions(collected, model)
-        parts.append(
-            tag(
-                "div",
-                tag("h2", text(model))
-                + drawn.place(
-                    figures.advantage_figure(model, ranks),
-                    "no definition has both a kernel and a peer timed on this hardware",
-                )
-                + _ranking_table(ranks),
-                class_="hardware",
-                data_hardware=model,
+        if model in cpus:
+            shown = tag("h2", text(f"{model}: checks")) + tag("p", text(CPU_NOTE), class_="note")
+            shown += _checks_table(ranks)
+        else:
+            shown = tag("h2", text(model)) + drawn.place(
+                figures.advantage_figure(model, ranks),
+                "no definition has both a kernel and a peer timed on this hardware",
             )
-        )
+            shown += _ranking_table(ranks)
+        parts.append(tag("div", shown, class_="hardware", data_hardware=model))
     if untraced:
         parts.append(tag("h2", "Not measured yet"))
         parts.append(tag("p", text(", ".join(untraced)) + " (run kernelarena run NAME)"))
     parts.append(tag("h2", "Where the traces come from"))
     parts.append(provenance_table(_merged_provenance(collected)))
     return tag("section", "".join(parts), class_="page", id="summary")
+
+
+def _cpu_models(collected: Sequence[DefinitionResults]) -> set[str]:
+    return {m for r in collected for m, h in r.by_hardware.items() if h.on_cpu}
+
+
+def hardware_order(collected: Sequence[DefinitionResults]) -> list[str]:
+    """Every hardware model measured, GPUs first (what the report is for), then CPUs."""
+    cpus = _cpu_models(collected)
+    return sorted({m for r in collected for m in r.by_hardware}, key=lambda m: (m in cpus, m))
+
+
+def _checks_table(ranks: Sequence[DefinitionRank]) -> str:
+    rows = [
+        [
+            link(definition_page_id(rank.definition), rank.definition),
+            text(rank.op_type),
+            number_cell(rank.passed, str(rank.passed)),
+            number_cell(rank.failed, str(rank.failed)),
+        ]
+        for rank in sorted(ranks, key=lambda r: (-r.failed, r.definition))
+    ]
+    return table(("definition", "op_type", "passed", "failed"), rows, numeric=(2, 3))
 
 
 def _ranking_table(ranks: Sequence[DefinitionRank]) -> str:
@@ -259,6 +316,7 @@ def _merged_provenance(collected: Sequence[DefinitionResults]) -> list[Provenanc
             into.matmul_tflops += source.matmul_tflops
             into.traces += source.traces
             into.outdated += source.outdated
+            into.unknown += source.unknown
             into.first = min(into.first or source.first, source.first)
             into.last = max(into.last, source.last)
     return [merged[k] for k in sorted(merged)]

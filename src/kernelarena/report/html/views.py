@@ -54,7 +54,8 @@ class Provenance:
     copy_gbps: list[float] = field(default_factory=list)
     matmul_tflops: list[float] = field(default_factory=list)
     traces: int = 0
-    outdated: int = 0
+    outdated: int = 0  # of a solution in the dataset whose code (or definition, workload) changed
+    unknown: int = 0  # of a solution not in the dataset (registered from Python, say)
     first: str = ""
     last: str = ""
 
@@ -64,6 +65,7 @@ class HardwareResults:
     """Everything measured of one definition on one hardware model."""
 
     hardware: str
+    on_cpu: bool = False  # CPU traces are checks: their times rank nothing
     points: list[Point] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     solutions: list[str] = field(default_factory=list)  # every solution with a trace, sorted
@@ -138,15 +140,24 @@ def _definition_results(
     today = _TodayHashes(definition, solutions, trace_set)
     for trace in sorted(traces, key=lambda t: (workload_label(t.workload), t.solution or "")):
         model = _hardware(trace)
-        results = by_hardware.setdefault(model, HardwareResults(model))
+        results = by_hardware.setdefault(model, HardwareResults(model, on_cpu=is_cpu(trace)))
         _add_trace(results, trace)
-        _note_provenance(
-            provenance.setdefault(model, Provenance(model)), trace, today.current(trace)
-        )
+        _note_provenance(provenance.setdefault(model, Provenance(model)), trace, today.state(trace))
     for results in by_hardware.values():
         results.solutions = sorted(set(results.passed) | set(results.failed))
-    ordered = dict(sorted(by_hardware.items()))
-    return DefinitionResults(definition, solutions, ordered, dict(sorted(provenance.items())))
+    order = sorted(by_hardware, key=lambda m: (by_hardware[m].on_cpu, m))  # GPUs first
+    return DefinitionResults(
+        definition,
+        solutions,
+        {m: by_hardware[m] for m in order},
+        {m: provenance[m] for m in order},
+    )
+
+
+def is_cpu(trace: Trace) -> bool:
+    assert trace.evaluation is not None
+    environment = trace.evaluation.environment
+    return (environment.device or "").startswith("cpu") or environment.hardware.startswith("CPU")
 
 
 def _add_trace(results: HardwareResults, trace: Trace) -> None:
@@ -208,28 +219,30 @@ class _TodayHashes:
             w.uuid: w.content_hash() for w in trace_set.workloads.get(definition.name, [])
         }
 
-    def current(self, trace: Trace) -> bool:
-        """Whether the trace describes today's code (apply ignores those that do not); one without
-        hashes, or of a solution no longer in the dataset, does not. A workload no longer in the
-        dataset is checked against the copy inside the trace, as apply does."""
-        hashes = trace.hashes
+    def state(self, trace: Trace) -> str:
+        """'current' when the trace describes today's code, 'outdated' when its definition,
+        solution or workload changed since (apply ignores those; so does one without hashes),
+        'unknown' when its solution is not in the dataset (registered from Python and not
+        imported): nothing to compare with. A workload no longer in the dataset is checked
+        against the copy inside the trace, as apply does."""
         solution = self.solutions.get(trace.solution or "")
-        if hashes is None or solution is None:
-            return False
+        if solution is None:
+            return "unknown"
+        hashes = trace.hashes
         workload = self.workloads.get(trace.workload.uuid) or trace.workload.content_hash()
-        return (hashes.definition, hashes.solution, hashes.workload) == (
-            self.definition,
-            solution,
-            workload,
-        )
+        today = (self.definition, solution, workload)
+        if hashes is None or (hashes.definition, hashes.solution, hashes.workload) != today:
+            return "outdated"
+        return "current"
 
 
-def _note_provenance(provenance: Provenance, trace: Trace, current: bool) -> None:
+def _note_provenance(provenance: Provenance, trace: Trace, state: str) -> None:
     evaluation = trace.evaluation
     assert evaluation is not None
     environment = evaluation.environment
     provenance.traces += 1
-    provenance.outdated += not current
+    provenance.outdated += state == "outdated"
+    provenance.unknown += state == "unknown"
     if environment.device:
         provenance.devices.add(environment.device)
     for library, version in environment.libs.items():

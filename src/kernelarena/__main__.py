@@ -1,0 +1,5 @@
+"""``python -m kernelarena``: the ``kernelarena`` command."""
+
+from kernelarena.cli import main
+
+main()
