@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
+
+# pytest-xdist's workers set COLUMNS=80; the command line's console reads it once, at import, and
+# in-process CLI tests expect the width a piped run gets (tests of folding set COLUMNS themselves).
+os.environ.pop("COLUMNS", None)
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
@@ -25,3 +30,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def device() -> torch.device:
     return torch.device("cuda" if HAS_CUDA else "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _registry_restored() -> Iterator[None]:
+    """Solutions a test registers (``kernelarena.register``) are gone after it: a later test in
+    the same process would otherwise run them, their modules' folders deleted."""
+    from kernelarena import registry
+
+    before = dict(registry._REGISTERED)
+    yield
+    registry._REGISTERED.clear()
+    registry._REGISTERED.update(before)

@@ -46,6 +46,7 @@ class _Worker:
     stage: str = "idle"
     spawned_at: float = 0.0
     startup: dict[str, Any] = field(default_factory=dict)
+    solution: str | None = None  # of its last job: the one its sandbox serves
 
 
 class LocalExecutor:
@@ -189,7 +190,7 @@ class LocalExecutor:
         while self._queue or any(w.job is not None for w in self._workers):
             for worker in self._workers:
                 if worker.job is None and self._queue:
-                    self._submit(worker, self._queue.popleft())
+                    self._submit(worker, self._take(worker))
             busy = [w for w in self._workers if w.job is not None]
             waitables: list[Any] = [w.conn for w in busy]
             next_deadline = min(w.deadline for w in busy)
@@ -197,8 +198,19 @@ class LocalExecutor:
             for worker in busy:
                 self._service(worker, ready, on_result)
 
+    def _take(self, worker: _Worker) -> Job:
+        """The next queued job of the solution the worker's sandbox serves, else the first: with
+        several workers, first-come order would hand a solution's jobs to each in turn, and each
+        would start a sandbox (seconds) for almost every job."""
+        for index, job in enumerate(self._queue):
+            if job.solution.name == worker.solution:
+                del self._queue[index]
+                return job
+        return self._queue.popleft()
+
     def _submit(self, worker: _Worker, job: Job) -> None:
         worker.job = job
+        worker.solution = job.solution.name
         worker.stage = "building"
         worker.deadline = time.monotonic() + self.timeouts.build_s
         worker.conn.send(("job", job.id, job.payload()))
@@ -238,7 +250,7 @@ class LocalExecutor:
                         trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
                         if not outcome["fatal"] and self._queue:
                             # The worker starts its next job while this one's trace is recorded.
-                            self._submit(worker, self._queue.popleft())
+                            self._submit(worker, self._take(worker))
                         on_result(
                             job,
                             JobResult(
