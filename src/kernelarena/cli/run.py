@@ -245,7 +245,7 @@ def _start_executor(
 def cpu_check_workers() -> int:
     """Workers for a run without a GPU (and without --device): one per core, up to four. A CPU's
     times are checks that rank nothing, so its workers may share it: on two cores the built-in
-    library's smoke run takes 4 minutes instead of 10 (2026-11-27, a loaded machine)."""
+    library's smoke run took 4 minutes instead of 10 on a loaded machine."""
     return max(1, min(4, os.cpu_count() or 1))
 
 

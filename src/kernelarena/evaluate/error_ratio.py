@@ -23,7 +23,7 @@ from kernelarena.data import Definition, DType
 from kernelarena.evaluate.inputs import Value
 
 # The ratio a solution's error may reach over the reference's where a definition sets none. The
-# library's solutions on the CPU (smoke workloads, 2026-11-27) reach at most 8.1 (the Triton fp32
+# library's solutions on the CPU (smoke workloads) reach at most 8.1 (the Triton fp32
 # gelu_and_mul under the interpreter); a float32 operator computed in bfloat16 or TF32 reads
 # 10^4 and more. Provisional until every library solution and peer is measured on both GPUs:
 # a margin of 100x over the CPU's worst, for GPU kernels' approximate transcendentals.

@@ -217,7 +217,7 @@ def _per_call(
     request costs besides its units cancels: the round trip, the first launch and the last
     synchronization, the delivery of a value-returning solution's results, and the sandbox's
     GPU warming its address translation again after the judge's poison ran in another context
-    (on an H100, 2026-11-27: 9-15% of a 300 us call's figure, and more than a whole empty
+    (on an H100: 9-15% of a 300 us call's figure, and more than a whole empty
     graph's, when a batch's wall time less a round trip was the figure)."""
     short, long = float("inf"), float("inf")
     for _ in range(DIFFERENCE_BATCHES):
