@@ -38,8 +38,10 @@ browser:
 		sudo apt-get install -y -q chromium || (sudo apt-get update -q && sudo apt-get install -y -q chromium); \
 	else echo "no chromium and no root to install it: apt-get install chromium"; fi
 
+# Tests that load the machine on purpose run apart, so that their burners slow no other test.
 test: lint browser
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15 -m "not loaded"
+	$(BIN)/pytest -q -n 0 -m loaded
 
 clean:
 	rm -rf $(VENV)

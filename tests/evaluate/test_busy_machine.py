@@ -39,7 +39,7 @@ def burners() -> Iterator[None]:
             process.wait()
 
 
-@pytest.mark.slow
+@pytest.mark.loaded
 @pytest.mark.timeout(900)
 def test_honest_solutions_pass_while_other_programs_hold_every_core(
     burners: None, tmp_path: Path
@@ -81,6 +81,7 @@ def _stand_in_sandbox(conn: Any) -> None:
         conn.send(True)
 
 
+@pytest.mark.loaded
 def test_the_cpu_time_clock_counts_the_sandboxs_work_not_the_wall(burners: None) -> None:
     """A stand-in sandbox whose calls cost 5 ms of CPU time each, run as a process of its own
     beside the burners: the clock reads about 5 ms a call, however long the wall took."""
