@@ -343,7 +343,7 @@ def _eager_batches(call_ms: float, sets: int, fixed_ms: float = 0.0) -> tuple[fl
         time.sleep((fixed_ms + calls * call_ms) * 1e-3)
         return {"ok": True}
 
-    sandbox = SimpleNamespace(request=request, round_trip_ms=0.0)
+    sandbox = SimpleNamespace(request=request)
     timed = [SimpleNamespace(id=i) for i in range(sets)]
     holder = SimpleNamespace(sandbox=sandbox, device=torch.device("cpu"))
     return eager_clock(holder, timed), asked  # type: ignore[arg-type]
@@ -387,7 +387,7 @@ def test_the_eager_figure_keeps_the_lesser_of_two_looks() -> None:
 
     timed = [SimpleNamespace(id=i) for i in range(2)]
     holder: Any = SimpleNamespace(
-        sandbox=SimpleNamespace(request=request, round_trip_ms=0.0),
+        sandbox=SimpleNamespace(request=request),
         device=torch.device("cpu"),
     )
     first = JudgeClock(eager_call_ms=eager_clock(holder, timed), graph_call_ms=0.002)

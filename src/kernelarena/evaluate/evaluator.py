@@ -13,9 +13,7 @@ with its own figures and with physics (``crosscheck``).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -110,10 +108,6 @@ class Evaluator:
         """The judge's kernels and first calls, while it waits for its first job and that job's
         sandbox and checks (``warm_up``)."""
         self._warm_up = JudgeWarmUp(self.device)
-
-    def _quiet(self) -> AbstractContextManager[None]:
-        """Nothing of the judge's background work runs inside: for the round trip to a sandbox."""
-        return self._warm_up.quiet() if self._warm_up is not None else contextlib.nullcontext()
 
     def _settle(self) -> None:
         """Nothing of the judge's may run beside its timing (its clocks, the reference's timing,
@@ -247,7 +241,7 @@ class Evaluator:
 
                 self._settle()
                 if self.device.type == "cuda":
-                    self.sandboxes.settle(self._quiet)
+                    self.sandboxes.settle()
                     performance, log = time_and_verify(sets, self)
                 else:  # a spare still starting is stopped while the CPU times, not waited for
                     with self.sandboxes.spares_stopped():

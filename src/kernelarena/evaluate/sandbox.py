@@ -55,7 +55,7 @@ class Sandbox:
         self.graph_sets: list[int] = []  # the sets the graph's calls rotate over
         self.graph_results: list[Any] = []  # a value-returning solution's results, one per set
         # The first sandbox of a judge warms Triton beside its first job's build and checks
-        # (``_warm_triton``), if that job's solution may use Triton, until a timed request or ping.
+        # (``_warm_triton``), if that job's solution may use Triton, until a timed request.
         self.warm_pending = False
         self.warming: threading.Thread | None = None
         self.writable, self.confined = list(writable), confined
@@ -82,9 +82,8 @@ class Sandbox:
                         target=_warm_triton, name="warm-triton", daemon=True
                     )
                     self.warming.start()
-            if (operation in _TIMED or operation == "ping") and self.warming is not None:
-                # A thread beside a timed call could delay its launches, and beside a ping it
-                # would inflate the round trip that the judge's clock subtracts.
+            if operation in _TIMED and self.warming is not None:
+                # A thread beside a timed call could delay its launches.
                 self.warming.join()
                 self.warming = None
             try:
@@ -121,9 +120,6 @@ class Sandbox:
             self.torch.cuda.synchronize(self.device)
 
     # -- requests -------------------------------------------------------------------------------
-
-    def _ping(self) -> dict[str, Any]:
-        return {"ok": True}
 
     def _build(
         self,

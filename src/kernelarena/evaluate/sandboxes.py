@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -30,8 +29,6 @@ from kernelarena.evaluate.descriptors import send_fds
 from kernelarena.evaluate.worker import read_tail
 
 REPLY_LIMIT = 1 << 20
-# A context in which nothing of the judge's own background work runs (``evaluate.warm_up``).
-Quiet = Callable[[], AbstractContextManager[None]]
 
 
 class SandboxDied(Exception):
@@ -46,7 +43,6 @@ class Sandbox:
         self.log_path = log_path
         self.key: str | None = None
         self.builds: dict[str, dict[str, Any]] = {}
-        self.round_trip_ms: float | None = None
         self.confinement = ""
         parent, child = Pipe()
         command = [
@@ -90,10 +86,8 @@ class Sandbox:
         nothing, so ``wait_ready`` then returns (or raises) at once."""
         return self._ready or self.conn.poll(timeout)
 
-    def wait_ready(self, timeout: float, quiet: Quiet = contextlib.nullcontext) -> None:
-        """Wait for the sandbox to start, then measure the round trip, which the judge's clock
-        subtracts, inside ``quiet()`` (nothing of the judge's own background work runs there).
-        Measured before any solution is loaded here, so that none can inflate it."""
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the sandbox to say it started (or raise ``SandboxDied``)."""
         if self._ready:
             return
         reply = self._receive(timeout)
@@ -102,13 +96,6 @@ class Sandbox:
         self.confinement = isolation.describe(self.walls, str(reply.get("confinement", "")))
         self._own |= isolation.sandbox_processes(self.process.pid, reply.get("pid"))
         self._ready = True
-        with quiet():
-            self.round_trip_ms = min(self._timed_ping() for _ in range(3))
-
-    def _timed_ping(self) -> float:
-        started = time.perf_counter()
-        self.request("ping")
-        return (time.perf_counter() - started) * 1e3
 
     def request(
         self, *message: Any, timeout: float | None = None, fds: Sequence[int] = ()
@@ -216,15 +203,14 @@ class Sandboxes:
         log = self.folder / f"sandbox-{self.device.replace(':', '')}-{self._spawned}.log"
         return Sandbox(self.device, log, [*self.writable, str(tmp)], tmp, self._spawned == 1)
 
-    def for_solution(self, key: str, quiet: Quiet = contextlib.nullcontext) -> Sandbox:
-        """The sandbox serving ``key``: the current one if it does, else the oldest spare
-        (``quiet`` as ``Sandbox.wait_ready`` says)."""
+    def for_solution(self, key: str) -> Sandbox:
+        """The sandbox serving ``key``: the current one if it does, else the oldest spare."""
         if self.current is not None and self.current.key == key and self.current.alive():
             return self.current
         self.retire()
         sandbox = self.spares.pop(0) if self.spares else self._spawn()
         try:
-            sandbox.wait_ready(self.startup_timeout_s, quiet)
+            sandbox.wait_ready(self.startup_timeout_s)
         finally:
             while len(self.spares) < max(self.spare_count, 1):
                 self.spares.append(self._spawn())
@@ -232,7 +218,7 @@ class Sandboxes:
         self.current = sandbox
         return sandbox
 
-    def settle(self, quiet: Quiet = contextlib.nullcontext, wait_s: float = 30.0) -> None:
+    def settle(self, wait_s: float = 30.0) -> None:
         """Wait until every spare has started (torch imported, its CUDA context made), so that none
         starts beside a timing: a spare's start takes the host's CPU and the GPU's driver from the
         calls being timed. On an H100 (2026-11-26), timed in the seconds after the spare that
@@ -247,7 +233,7 @@ class Sandboxes:
             if not spare.started(max(0.0, deadline - time.monotonic())):
                 continue
             try:
-                spare.wait_ready(self.startup_timeout_s, quiet)
+                spare.wait_ready(self.startup_timeout_s)
             except SandboxDied:
                 spare.retire()
                 self.spares.remove(spare)
