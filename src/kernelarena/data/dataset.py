@@ -257,15 +257,8 @@ class TraceSet:
         """Add a definition (and write it, when the set has a folder). The same definition again
         is a no-op, so a set-up script can run twice; another under a taken name is an error
         that names the name and the file."""
-        known = self.definitions.get(definition.name)
-        if known is not None:
-            if known.to_json_dict() == definition.to_json_dict():
-                return
-            where = self.origin.get(f"definition:{definition.name}", "this dataset")
-            raise ValueError(
-                f"definition '{definition.name}' is already in {where} with other content; "
-                "give the new one another name (or remove the old one first)"
-            )
+        if self._added_before("definition", definition, self.definitions.get(definition.name)):
+            return
         if persist and self.root is not None:
             path = self.root / "definitions" / definition.op_type / f"{definition.name}.json"
             _write_new_model(path, definition, f"definition '{definition.name}'", self.root)
@@ -281,15 +274,8 @@ class TraceSet:
             raise ValueError(
                 f"solution '{solution.name}': unknown definition '{solution.definition}'"
             )
-        known = self.solutions.get(solution.name)
-        if known is not None:
-            if known.to_json_dict() == solution.to_json_dict():
-                return
-            where = self.origin.get(f"solution:{solution.name}", "this dataset")
-            raise ValueError(
-                f"solution '{solution.name}' is already in {where} with other content; give the "
-                "new one another name"
-            )
+        if self._added_before("solution", solution, self.solutions.get(solution.name)):
+            return
         if persist and self.root is not None:
             folder = self.root / "solutions" / definition.op_type / definition.name
             path = folder / f"{solution.name}.json"
@@ -297,6 +283,21 @@ class TraceSet:
             self._index_solution(solution, self._label(path, self.root))
         else:
             self._index_solution(solution, "(added)")
+
+    def _added_before(
+        self, kind: str, added: Definition | Solution, known: Definition | Solution | None
+    ) -> bool:
+        """Whether ``added`` is already here as it is (a set-up script run again: a no-op); a
+        ValueError naming the name and its file where another holds the name."""
+        if known is None:
+            return False
+        if known.to_json_dict() == added.to_json_dict():
+            return True
+        where = self.origin.get(f"{kind}:{added.name}", "this dataset")
+        raise ValueError(
+            f"{kind} '{added.name}' is already in {where} with other content; give the new one "
+            "another name (or remove the old one first)"
+        )
 
     def add_workload(
         self, definition_name: str, workload: Workload, *, persist: bool = True
