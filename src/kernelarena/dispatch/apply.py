@@ -230,45 +230,24 @@ def routed(site: CallSite) -> Callable[..., Any]:
     (``CallSite.positional``: a tuple built by code compiled for that form of call)."""
     register(site)
     fallback = site.fallback
-    arity = site.arity
+    arity = site.arity  # 0 unless the function has defaults: no call is then short of them
 
-    if arity:
-
-        @functools.wraps(fallback)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if site.passthrough:
-                return fallback(*args, **kwargs)
-            given = site.positional(args, kwargs) if kwargs or len(args) < arity else args
-            count, pick, check, call, into = site.guards.hit
-            if len(given) == count and check(*pick(given)):  # calls.invoke(), written out
-                if into == -1:
-                    return call(*given)
-                if into >= 0:
-                    call(*given)
-                    return given[into]
-                out = site.empty_like(given[-2 - into], memory_format=site.contiguous)
-                call(*given, out)
-                return out
-            return site.missed(args, kwargs, given)
-
-    else:
-
-        @functools.wraps(fallback)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if site.passthrough:
-                return fallback(*args, **kwargs)
-            given = site.positional(args, kwargs) if kwargs else args
-            count, pick, check, call, into = site.guards.hit
-            if len(given) == count and check(*pick(given)):  # calls.invoke(), written out
-                if into == -1:
-                    return call(*given)
-                if into >= 0:
-                    call(*given)
-                    return given[into]
-                out = site.empty_like(given[-2 - into], memory_format=site.contiguous)
-                call(*given, out)
-                return out
-            return site.missed(args, kwargs, given)
+    @functools.wraps(fallback)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if site.passthrough:
+            return fallback(*args, **kwargs)
+        given = site.positional(args, kwargs) if kwargs or len(args) < arity else args
+        count, pick, check, call, into = site.guards.hit
+        if len(given) == count and check(*pick(given)):  # calls.invoke(), written out
+            if into == -1:
+                return call(*given)
+            if into >= 0:
+                call(*given)
+                return given[into]
+            out = site.empty_like(given[-2 - into], memory_format=site.contiguous)
+            call(*given, out)
+            return out
+        return site.missed(args, kwargs, given)
 
     wrapper.__kernelarena_site__ = site  # type: ignore[attr-defined]
     return wrapper
