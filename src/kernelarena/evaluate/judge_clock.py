@@ -51,7 +51,7 @@ SECOND_LOOK_SPAN = 10.0
 # (well inside a job's time limit).
 CPU_CLOCK_TICKS = 20
 CPU_CLOCK_WALL_S = 6.0
-# A context in which nothing else of kernelarena's runs (``sandboxes.Quiet``).
+# A context in which nothing else of kernelarena's runs (``Sandboxes.spares_stopped``).
 Quiet = Callable[[], AbstractContextManager[None]]
 
 
@@ -116,9 +116,7 @@ def cpu_time_clock(sets: SetMaker, rotated: list[SharedSet]) -> JudgeClock | Non
     deadline = time.monotonic() + CPU_CLOCK_WALL_S
     used = 0
     while used < CPU_CLOCK_TICKS and time.monotonic() < deadline:
-        before_pass(sets, rotated)
-        reply = sets.sandbox.request("eager", ids, calls)
-        after_pass(sets, rotated, reply, "the calls timed by CPU time")
+        _checked_request(sets, rotated, ("eager", ids, calls), "the calls timed by CPU time")
         total += calls
         used = _cpu_ticks(sets.sandbox.pid) - first
         calls *= 2
@@ -181,9 +179,8 @@ def host_submit_ms(sets: SetMaker, timed: list[SharedSet], eager_call_ms: float)
     calls = max(len(ids), min(SUBMIT_BURST, fit))
     figures = []
     for _ in range(CLOCK_BATCHES):
-        before_pass(sets, timed)
-        reply = sets.sandbox.request("eager", ids, calls)
-        after_pass(sets, timed, reply, "the calls whose submit time was measured")
+        what = "the calls whose submit time was measured"
+        reply = _checked_request(sets, timed, ("eager", ids, calls), what)
         host = reply.get("host_ms")
         if not isinstance(host, int | float) or not math.isfinite(host) or host < 0:
             return None
@@ -191,19 +188,34 @@ def host_submit_ms(sets: SetMaker, timed: list[SharedSet], eager_call_ms: float)
     return round(min(min(figures), eager_call_ms), 6)
 
 
-def _checked_wall(
-    sets: SetMaker, timed: list[SharedSet], request: tuple[Any, ...], what: str
-) -> float:
-    """The wall time of one request, in ms, as a checked pass (``pass_check``): outputs poisoned
-    before it, compared after it, neither inside the time."""
+def _checked_request(
+    sets: SetMaker,
+    timed: list[SharedSet],
+    request: tuple[Any, ...],
+    what: str,
+    took: list[float] | None = None,
+) -> dict[str, Any]:
+    """One request as a checked pass (``pass_check``): outputs poisoned before it, compared after
+    it; its reply. With ``took``, its wall time in ms is appended there, neither check inside it
+    (the device synchronized before it starts)."""
     before_pass(sets, timed)
-    if sets.device.type == "cuda":
+    if took is not None and sets.device.type == "cuda":
         torch.cuda.synchronize(sets.device)
     started = time.perf_counter()
     reply = sets.sandbox.request(*request)
-    wall = (time.perf_counter() - started) * 1e3
+    if took is not None:
+        took.append((time.perf_counter() - started) * 1e3)
     after_pass(sets, timed, reply, what)
-    return wall
+    return reply
+
+
+def _checked_wall(
+    sets: SetMaker, timed: list[SharedSet], request: tuple[Any, ...], what: str
+) -> float:
+    """The wall time of one checked request, in ms (``_checked_request``)."""
+    took: list[float] = []
+    _checked_request(sets, timed, request, what, took)
+    return took[0]
 
 
 def _per_call(
@@ -231,9 +243,7 @@ def replay_clock(
     sets: SetMaker, rotated: list[SharedSet], reported_ms: float, span: float = 1.0
 ) -> float | None:
     """The judge's clock around replays of the sandbox's graph: ms per call."""
-    before_pass(sets, rotated)
-    first = sets.sandbox.request("replay", 1)
-    after_pass(sets, rotated, first, "a replay of the timed CUDA graph")
+    first = _checked_request(sets, rotated, ("replay", 1), "a replay of the timed CUDA graph")
     calls = first.get("calls")
     if not isinstance(calls, int) or calls <= 0:
         return None
