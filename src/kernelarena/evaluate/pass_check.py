@@ -31,6 +31,22 @@ from kernelarena.evaluate.verdicts import (
 CHECKED_SETS = 8
 
 
+def check_reply(sets: SetMaker, reply: dict[str, Any], what: str) -> None:
+    """A pass's reply: no error, and a value-returning solution's results, as the sandbox
+    describes them, plain tensors of the declared dtype and shape."""
+    expect_success(reply)
+    if sets.job.destination_passing_style:
+        return
+    returned = reply.get("returned")
+    if not isinstance(returned, list):
+        raise CheckFailed(
+            Status.RUNTIME_ERROR, f"the solution's process described no results of {what}"
+        )
+    for item in returned:
+        if item is not None:
+            check_returned(sets.job, item)
+
+
 def checkable(sets: SetMaker) -> bool:
     """Whether each pass's outputs can be compared with the reference (no output is in place)."""
     return not any(spec.aliases for spec in sets.job.definition.outputs.values())
@@ -50,17 +66,7 @@ def after_pass(sets: SetMaker, timed: list[SharedSet], reply: dict[str, Any], wh
     """Check a pass's reply and outputs: a value-returning solution's results plain tensors of the
     declared dtype and shape, and every set's outputs (up to ``CHECKED_SETS``) equal to the
     reference's for its inputs. ``what`` names the pass in the log."""
-    expect_success(reply)
-    job = sets.job
-    if not job.destination_passing_style:
-        returned = reply.get("returned")
-        if not isinstance(returned, list):
-            raise CheckFailed(
-                Status.RUNTIME_ERROR, f"the solution's process described no results of {what}"
-            )
-        for item in returned:
-            if item is not None:
-                check_returned(job, item)
+    check_reply(sets, reply, what)
     if not checkable(sets):
         return
     looked_at = timed if len(timed) <= CHECKED_SETS else random.sample(timed, CHECKED_SETS)

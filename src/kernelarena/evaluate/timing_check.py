@@ -37,13 +37,12 @@ from kernelarena.evaluate.judge_clock import (
     host_submit_ms,
     judge_clock,
 )
-from kernelarena.evaluate.pass_check import after_pass, before_pass
+from kernelarena.evaluate.pass_check import after_pass, before_pass, check_reply
 from kernelarena.evaluate.sandboxes import with_sandbox_paused
 from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet
 from kernelarena.evaluate.timing import Timing, time_events_or_clock
 from kernelarena.evaluate.verdicts import (
     CheckFailed,
-    check_returned,
     expect_success,
     with_details,
 )
@@ -204,12 +203,7 @@ def _verify_pass(
             sets.poison(timed[index])
     if sets.device.type == "cuda":
         torch.cuda.synchronize(sets.device)
-    reply = sets.sandbox.request(*request)
-    expect_success(reply)
-    if not sets.job.destination_passing_style:
-        for item in reply.get("returned") or []:
-            if item is not None:
-                check_returned(sets.job, item)
+    check_reply(sets, sets.sandbox.request(*request), "the calls after the refills")
     unfinished = _still_poisoned(sets, timed)
     for index in sorted(unfinished) + sorted(set(sampled) - unfinished):
         _check_set(sets, timed[index], late=index in unfinished, graph=graph)
