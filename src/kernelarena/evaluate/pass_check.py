@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from kernelarena.data import Correctness, Status
-from kernelarena.evaluate.shared_sets import SetMaker, SharedSet
+from kernelarena.evaluate.shared_sets import SetMaker, SharedSet, in_place
 from kernelarena.evaluate.verdicts import (
     CheckFailed,
     check_returned,
@@ -49,7 +49,7 @@ def check_reply(sets: SetMaker, reply: dict[str, Any], what: str) -> None:
 
 def checkable(sets: SetMaker) -> bool:
     """Whether each pass's outputs can be compared with the reference (no output is in place)."""
-    return not any(spec.aliases for spec in sets.job.definition.outputs.values())
+    return not in_place(sets.job.definition)
 
 
 def before_pass(sets: SetMaker, timed: list[SharedSet]) -> None:

@@ -47,6 +47,11 @@ class Job:
     destination_passing_style: bool
 
 
+def in_place(definition: Definition) -> bool:
+    """Whether an output of ``definition`` is one of its inputs, written in place."""
+    return any(spec.aliases for spec in definition.outputs.values())
+
+
 @dataclass
 class SharedSet:
     id: int
@@ -175,8 +180,11 @@ class SetMaker:
         low_precision = any(
             spec.dtype.is_low_precision_float for spec in definition.inputs.values()
         )
-        in_place = any(spec.aliases for spec in definition.outputs.values())
-        if self.job.reference.get("make_inputs") is not None or low_precision or in_place:
+        if (
+            self.job.reference.get("make_inputs") is not None
+            or low_precision
+            or in_place(definition)
+        ):
             self.refill(shared, seed, keep_private=True)
             return
         fresh = self.draw(seed)

@@ -39,7 +39,7 @@ from kernelarena.evaluate.judge_clock import (
 )
 from kernelarena.evaluate.pass_check import after_pass, before_pass, check_reply
 from kernelarena.evaluate.sandboxes import with_sandbox_paused
-from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet
+from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet, in_place
 from kernelarena.evaluate.timing import Timing, time_events_or_clock
 from kernelarena.evaluate.verdicts import (
     CheckFailed,
@@ -167,8 +167,7 @@ def verify_graph(sets: SetMaker, timed: list[SharedSet]) -> None:
     completeness, not against the reference. The refill draws values the eager pass did not use,
     so nothing cached during that pass can match."""
     calls = graph_calls(len(timed))
-    in_place = any(spec.aliases for spec in sets.job.definition.outputs.values())
-    compare = not in_place or calls == len(timed)
+    compare = not in_place(sets.job.definition) or calls == len(timed)
     _verify_pass(sets, timed, ("replay", 1), compare=compare, graph=True)
 
 
