@@ -133,7 +133,7 @@ case "$stage" in
       defs=${DEFS:-rmsnorm_bf16 silu_and_mul_bf16}
       for variant in ${VARIANTS:-full= old=}; do
         name=${variant%%=*}; settings=${variant#*=}
-        source_path=$PWD/src; [ "$name" = old ] && source_path=$PWD/.old-src/src
+        source_path=$PWD/src; [[ $name == old* ]] && source_path=$PWD/.old-src/src
         log "variant $name ($settings): $defs"
         env ${settings//,/ } PYTHONPATH=$source_path:$PWD:/tmp/site KERNELARENA_DATASET=/tmp/ds-$name \
           timeout ${RUN_TIMEOUT:-150} python3 -m kernelarena.cli run $defs --suite performance \
@@ -141,7 +141,7 @@ case "$stage" in
         tail -1 "$OUT/variant_$name.txt"
       done
       for variant in ${VARIANTS:-full= old=}; do
-        name=${variant%%=*}; [ "$name" = old ] && continue
+        name=${variant%%=*}; [[ $name == old* ]] && continue
         echo "== $name against old"; python3 benchmarks/compare_runs.py --before /tmp/ds-old \
           --after /tmp/ds-$name --label variant_$name 2>&1 | head -4
       done

@@ -23,7 +23,9 @@ def dispatch_show(
     hardware: Annotated[
         Optional[str],
         typer.Option(
-            metavar="MODEL", help="hardware model (default: every model with traces, and this GPU)"
+            "--hardware",
+            metavar="MODEL",
+            help="hardware model (default: every model with traces, and this GPU)",
         ),
     ] = None,
     dataset: DatasetOption = None,
@@ -60,12 +62,14 @@ def build_command(
     hardware: Annotated[
         Optional[list[str]],
         typer.Option(
+            "--hardware",
             metavar="MODEL",
             help="hardware model(s) whose winners to build (default: this GPU, else all)",
         ),
     ] = None,
     warm: Annotated[
-        bool, typer.Option(help="with a GPU: call each winner once to fill the JIT caches")
+        bool,
+        typer.Option("--warm", help="with a GPU: call each winner once to fill the JIT caches"),
     ] = True,
     dataset: DatasetOption = None,
     imports: ImportOption = None,

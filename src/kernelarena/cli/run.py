@@ -65,6 +65,7 @@ def run(
     suite: Annotated[
         Optional[str],
         typer.Option(
+            "--suite",
             metavar="SUITE",
             help="smoke, correctness, performance, all, or a workload tag of yours (default: "
             "smoke on a CPU, all on a GPU)",
@@ -83,25 +84,30 @@ def run(
         bool, typer.Option("--json", help="print the traces as JSON on stdout")
     ] = False,
     trials: Annotated[
-        int, typer.Option(metavar="N", help="checks with fresh random inputs per workload")
+        int,
+        typer.Option("--trials", metavar="N", help="checks with fresh random inputs per workload"),
     ] = 3,
     timeout: Annotated[
-        float, typer.Option(metavar="SECONDS", help="time a job may run after its build")
+        float,
+        typer.Option("--timeout", metavar="SECONDS", help="time a job may run after its build"),
     ] = 300.0,
     build_timeout: Annotated[
-        float, typer.Option(metavar="SECONDS", help="time a build may take")
+        float, typer.Option("--build-timeout", metavar="SECONDS", help="time a build may take")
     ] = 900.0,
     no_timing: Annotated[bool, typer.Option("--no-timing", help="check correctness only")] = False,
     allow_failures: Annotated[
         bool, typer.Option("--allow-failures", help="exit 0 even when a solution fails")
     ] = False,
     executor: Annotated[
-        str, typer.Option(metavar="local|ray", help="a worker per local device, or Ray")
+        str,
+        typer.Option("--executor", metavar="local|ray", help="a worker per local device, or Ray"),
     ] = "local",
     address: Annotated[
         Optional[str],
         typer.Option(
-            metavar="ADDRESS", help="Ray address for --executor ray (auto, ray://host:port)"
+            "--address",
+            metavar="ADDRESS",
+            help="Ray address for --executor ray (auto, ray://host:port)",
         ),
     ] = None,
     ray_resources: Annotated[

@@ -17,7 +17,8 @@ def tune(
         typer.Argument(help="definitions, families or op_types (default: the whole library)"),
     ] = None,
     budget: Annotated[
-        str, typer.Option(metavar="TIME", help="wall time to spend: 90s, 10m, 1.5h, 1h30m")
+        str,
+        typer.Option("--budget", metavar="TIME", help="wall time to spend: 90s, 10m, 1.5h, 1h30m"),
     ] = "10m",
     device: Annotated[
         Optional[str],
@@ -27,7 +28,8 @@ def tune(
     ] = None,
     dataset: DatasetOption = None,
     trials: Annotated[
-        int, typer.Option(metavar="N", help="checks with fresh random inputs per workload")
+        int,
+        typer.Option("--trials", metavar="N", help="checks with fresh random inputs per workload"),
     ] = 3,
 ) -> None:
     """Measure the library (or NAMES) on this machine's GPU within --budget, into your dataset:

@@ -202,6 +202,21 @@ def rounded_size(index: int, size: int) -> int:
 
 _pending: list[tuple[int, int]] = []  # (address, size) of mappings no tensor uses any more
 _pending_lock = threading.Lock()
+_mapped: dict[int, int] = {}  # address -> size of every range this process has mapped
+
+
+def mapped_bytes() -> int:
+    """Bytes of shared buffers this process has mapped and not yet unmapped (its own share of the
+    device's memory, which other processes' use does not blur)."""
+    with _pending_lock:
+        return sum(_mapped.values())
+
+
+def _unmap_range(address: int, size: int) -> None:
+    driver().cuMemUnmap(address, size)
+    driver().cuMemAddressFree(address, size)
+    with _pending_lock:
+        _mapped.pop(address, None)
 
 
 class Mapping:
@@ -219,6 +234,8 @@ class Mapping:
             )
             self.address = int(address.value)
             _check("cuMemMap", cuda.cuMemMap(self.address, size, 0, handle, 0))
+            with _pending_lock:
+                _mapped[self.address] = size
             access = _AccessDesc()
             access.location.type = _LOCATION_DEVICE
             access.location.id = index
@@ -241,8 +258,7 @@ class Mapping:
 
     def _unmap(self) -> None:
         if self.address:
-            driver().cuMemUnmap(self.address, self.size)
-            driver().cuMemAddressFree(self.address, self.size)
+            _unmap_range(self.address, self.size)
             self.address = 0
 
     def __del__(self) -> None:
@@ -269,10 +285,8 @@ def release_pending(device: torch.device) -> None:
             return
         released, _pending[:] = list(_pending), []
     torch.cuda.synchronize(device)
-    cuda = driver()
     for address, size in released:
-        cuda.cuMemUnmap(address, size)
-        cuda.cuMemAddressFree(address, size)
+        _unmap_range(address, size)
 
 
 def create(device: torch.device, size: int) -> tuple[torch.Tensor, int]:
