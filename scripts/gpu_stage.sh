@@ -127,6 +127,11 @@ case "$stage" in
         -p no:cacheprovider -rf tests/evaluate tests/test_fib_roundtrip_engine.py ${EXTRA_TESTS:-} \
         > "$OUT/gpu-tests-verdict.txt" 2>&1; tail -15 "$OUT/gpu-tests-verdict.txt"
     fi
+    if [[ $parts == *apply* ]]; then  # issue 39: apply's cost per call on this GPU host
+      log "apply overhead"; timeout ${APPLY_TIMEOUT:-240} python3 benchmarks/bench_apply_overhead.py \
+        --device cuda --rounds ${APPLY_ROUNDS:-100} --output "$OUT/apply_overhead.json" \
+        > "$OUT/apply_overhead.txt" 2>&1; tail -20 "$OUT/apply_overhead.txt"
+    fi
     if [[ $parts == *variants* ]]; then
       # One run per variant ("name=VAR=value,VAR=value"; "old" runs .old-src), for where a change
       # in the figures comes from: the walls, the filter, the judge.

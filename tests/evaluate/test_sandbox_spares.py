@@ -1,11 +1,19 @@
-"""Spare sandboxes are started before a timing, never beside it (``Sandboxes.settle``)."""
+"""Spare sandboxes are started before a timing, never beside it (``Sandboxes.settle``). On the CPU
+sandboxes are forked when needed (``zygote``): these tests start them as programs, as a GPU does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kernelarena.evaluate.confine import descendants, kill_all
 from kernelarena.evaluate.sandboxes import Sandboxes
+
+
+@pytest.fixture(autouse=True)
+def _spares_as_programs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELARENA_ZYGOTE", "0")
 
 
 def test_settle_waits_for_every_spare_and_drops_a_dead_one(tmp_path: Path) -> None:

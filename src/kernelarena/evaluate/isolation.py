@@ -189,10 +189,14 @@ def bwrap_command(
     readable: Iterable[str],
     writable: Iterable[str],
     workdir: str,
+    capabilities: Iterable[str] = (),
 ) -> list[str]:
     """``command`` inside the walls: ``readable`` bound read-only, ``writable`` read-write (each
-    at its own path), ``workdir`` its working directory."""
+    at its own path), ``workdir`` its working directory, ``capabilities`` kept in its user
+    namespace (none but for the ``zygote``)."""
     arguments = [bwrap, *NAMESPACE_FLAGS]
+    for capability in capabilities:
+        arguments += ["--cap-add", capability]
     for path in _existing(_SYSTEM):
         arguments += ["--ro-bind", path, path]
     for name in _ETC:
@@ -271,7 +275,11 @@ def sandbox_environment(environment: dict[str, str]) -> dict[str, str]:
 
 
 def walled(
-    command: list[str], writable: list[str], tmp: Path, found: Walls
+    command: list[str],
+    writable: list[str],
+    tmp: Path,
+    found: Walls,
+    capabilities: Iterable[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """A sandbox's command and environment: inside bwrap's walls where ``found`` says they stand."""
     from kernelarena.build.cache import cache_base
@@ -296,7 +304,8 @@ def walled(
     if environment.get("PYTHONPYCACHEPREFIX"):
         readable.append(environment["PYTHONPYCACHEPREFIX"])  # read, never written (``bytecode``)
     folders = [w for w in [*writable, str(tmp)] if w != "/dev"]  # /dev is the sandbox's own
-    return bwrap_command(found.bwrap, command, readable, folders, str(tmp)), environment
+    walled_command = bwrap_command(found.bwrap, command, readable, folders, str(tmp), capabilities)
+    return walled_command, environment
 
 
 def describe(found: Walls, inside: str) -> str:

@@ -405,6 +405,18 @@ def main(argv: list[str]) -> None:
         context.join()
     unconfined = os.environ.get("KERNELARENA_UNCONFINED") == "1"
     confinement = "" if unconfined else confine_sandbox(writable)
+    serve(conn, device_name, writable, confinement, first)
+
+
+def serve(
+    conn: Connection, device_name: str, writable: list[str], confinement: str, first: bool = False
+) -> None:
+    """Serve one solution's requests on ``conn`` until the judge stops it, then exit: the rest of
+    a sandbox's start once it is confined (``confinement`` says how), whether it was started as
+    a program (``main``) or forked (``zygote``)."""
+    import torch
+
+    device = torch.device(device_name)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     import kernelarena.build  # noqa: F401  (its imports, before the first request waits on them)

@@ -26,7 +26,9 @@ from typing import Any
 from kernelarena.evaluate import isolation
 from kernelarena.evaluate.confine import descendants, kill_all
 from kernelarena.evaluate.descriptors import send_fds
+from kernelarena.evaluate.forked import ForkedProcess, Zygote, ZygoteFailed
 from kernelarena.evaluate.worker import read_tail
+from kernelarena.evaluate.zygote import FORK_FAILED
 
 REPLY_LIMIT = 1 << 20
 
@@ -37,13 +39,27 @@ class SandboxDied(Exception):
 
 class Sandbox:
     def __init__(
-        self, device: str, log_path: Path, writable: list[str], tmp: Path, first: bool = False
+        self,
+        device: str,
+        log_path: Path,
+        writable: list[str],
+        tmp: Path,
+        first: bool = False,
+        zygote: Zygote | None = None,
     ) -> None:
         self.device = device
         self.log_path = log_path
         self.key: str | None = None
         self.builds: dict[str, dict[str, Any]] = {}
         self.confinement = ""
+        self.walls = isolation.walls()
+        self._ready = False
+        self.conn: Connection
+        self.process: subprocess.Popen[bytes] | ForkedProcess
+        if zygote is not None:
+            self.conn, self.process = zygote.fork(log_path, tmp, writable, 600.0)
+            self._own: set[int] = {self.process.pid}
+            return
         parent, child = Pipe()
         command = [
             sys.executable,
@@ -54,7 +70,6 @@ class Sandbox:
             "first" if first else "spare",  # the first is waited for at once (sandbox._warm_triton)
             *writable,
         ]
-        self.walls = isolation.walls()
         command, environment = isolation.walled(command, writable, tmp, self.walls)
         with open(log_path, "ab") as log:  # the sandbox sees its log only as its stdout and stderr
             self.process = subprocess.Popen(
@@ -70,9 +85,8 @@ class Sandbox:
         child.close()
         # The processes that are the sandbox itself (bwrap's and the interpreter), found when it
         # says it is ready, before any solution code runs: every other one is the solution's.
-        self._own: set[int] = {self.process.pid}
-        self.conn: Connection = parent
-        self._ready = False
+        self._own = {self.process.pid}
+        self.conn = parent
 
     @property
     def pid(self) -> int:
@@ -165,6 +179,9 @@ class Sandbox:
         except OSError:
             return 0
 
+    def log_tail(self) -> str:
+        return read_tail(str(self.log_path), 2000)
+
     def log_since(self, offset: int, limit: int = 6000) -> str:
         """At most the last ``limit`` bytes written after ``offset``: a solution that prints
         gigabytes costs the judge a seek."""
@@ -179,40 +196,73 @@ class Sandbox:
 
 
 class Sandboxes:
-    """At most one sandbox with a solution loaded per judge, and ``spares`` started ahead: a
-    sandbox takes seconds to import torch, often longer than a solution's jobs, so on a GPU
-    machine (cores to spare) two start ahead, on a CPU one."""
+    """At most one sandbox with a solution loaded per judge. On a GPU, ``spares`` start ahead: a
+    sandbox takes seconds to import torch and make its CUDA context, often longer than a
+    solution's jobs, so two start beside the work (a GPU machine has cores to spare). On the CPU,
+    inside the walls, each sandbox is forked from a ``zygote`` when it is needed instead (tens of
+    milliseconds; ``KERNELARENA_ZYGOTE=0`` starts them as programs, one spare ahead)."""
 
     def __init__(self, device: str, folder: Path, writable: list[str]) -> None:
         self.device = device
         self.folder = folder
         self.writable = writable
         self.startup_timeout_s = 600.0
-        self.spare_count = int(
-            os.environ.get("KERNELARENA_SPARE_SANDBOXES", "2" if device.startswith("cuda") else "1")
-        )
+        self.zygote: Zygote | None = None
+        found = isolation.walls()
+        if not device.startswith("cuda") and found.available and _zygote_wanted():
+            try:
+                self.zygote = Zygote(device, folder, writable, found)
+            except (OSError, ZygoteFailed) as failed:
+                print(f"kernelarena: sandboxes start as programs: {failed}", flush=True)
+        default = "2" if device.startswith("cuda") else "0" if self.zygote else "1"
+        self.spare_count = int(os.environ.get("KERNELARENA_SPARE_SANDBOXES", default))
         self._spawned = 0
         self._stopped = 0  # the depth of ``spares_stopped``
         self.current: Sandbox | None = None
-        self.spares: list[Sandbox] = [self._spawn() for _ in range(max(self.spare_count, 1))]
+        self.spares: list[Sandbox] = [self._spawn() for _ in range(self.spare_count)]
 
     def _spawn(self) -> Sandbox:
         self._spawned += 1
-        tmp = self.folder / f"sandbox-{self._spawned}"
+        # Named by judge too: the judges of a run (two on a two-core CPU) share one folder.
+        name = f"sandbox-{self.device.replace(':', '')}-{os.getpid()}-{self._spawned}"
+        tmp = self.folder / name
         tmp.mkdir(parents=True, exist_ok=True)
-        log = self.folder / f"sandbox-{self.device.replace(':', '')}-{self._spawned}.log"
-        return Sandbox(self.device, log, [*self.writable, str(tmp)], tmp, self._spawned == 1)
+        log = self.folder / f"{name}.log"
+        writable = [*self.writable, str(tmp)]
+        if self.zygote is not None:
+            try:
+                return Sandbox(self.device, log, writable, tmp, zygote=self.zygote)
+            except ZygoteFailed as failed:
+                print(f"kernelarena: sandboxes start as programs from now: {failed}", flush=True)
+                self._drop_zygote()
+        return Sandbox(self.device, log, writable, tmp, self._spawned == 1)
+
+    def _drop_zygote(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
 
     def for_solution(self, key: str) -> Sandbox:
-        """The sandbox serving ``key``: the current one if it does, else the oldest spare."""
+        """The sandbox serving ``key``: the current one if it does, else the oldest spare (or a
+        new one)."""
         if self.current is not None and self.current.key == key and self.current.alive():
             return self.current
         self.retire()
         sandbox = self.spares.pop(0) if self.spares else self._spawn()
         try:
             sandbox.wait_ready(self.startup_timeout_s)
+        except SandboxDied:
+            if sandbox.process.poll() != FORK_FAILED or self.zygote is None:
+                raise
+            # The walls of a fork could not be raised here (a kernel refusing nested namespaces):
+            # nothing of a solution ran, so the sandbox starts again as a program.
+            print("kernelarena: sandboxes start as programs from now: " + sandbox.log_tail())
+            sandbox.retire()
+            self._drop_zygote()
+            sandbox = self._spawn()
+            sandbox.wait_ready(self.startup_timeout_s)
         finally:
-            while len(self.spares) < max(self.spare_count, 1):
+            while len(self.spares) < self.spare_count:
                 self.spares.append(self._spawn())
         sandbox.key = key
         self.current = sandbox
@@ -264,6 +314,11 @@ class Sandboxes:
         for spare in self.spares:
             spare.retire()
         self.spares = []
+        self._drop_zygote()
+
+
+def _zygote_wanted() -> bool:
+    return os.environ.get("KERNELARENA_ZYGOTE", "1") != "0"
 
 
 def with_sandbox_paused(sandbox: Sandbox | None, work: Callable[[], Any]) -> Any:
