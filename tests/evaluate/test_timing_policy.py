@@ -186,10 +186,12 @@ def _second_look(
     first_ms: float,
     second_ms: float,
     cpu_time_ms: float | None = None,
+    mode: str = "cpu_clock",
+    floor_ms: float = 0.0,
 ) -> Any:
-    """agreed_clock on a 10 us report, the judge's first clock ``first_ms`` a call and any later
-    one ``second_ms``, the CPU-time clock ``cpu_time_ms`` (None: off the CPU); returns (clock,
-    note) or the exception raised, and the spans asked for."""
+    """agreed_clock on a 10 us report timed in ``mode``, the judge's first clock ``first_ms`` a
+    call and any later one ``second_ms``, the CPU-time clock ``cpu_time_ms`` (None: off the CPU);
+    returns (clock, note, timing recorded) or the exception raised, and the spans asked for."""
     from kernelarena.evaluate import judge_clock
     from kernelarena.evaluate.crosscheck import JudgeClock, TimingRejected
 
@@ -204,10 +206,10 @@ def _second_look(
 
     monkeypatch.setattr(judge_clock, "judge_clock", fake_clock)
     monkeypatch.setattr(judge_clock, "cpu_time_clock", fake_cpu_time)
-    reported = summarize([0.010] * 5, "cpu_clock")
+    reported = summarize([0.010] * 5, mode)
     try:
         result: Any = judge_clock.agreed_clock(
-            None, [], reported, JudgeClock(eager_call_ms=first_ms), floor_ms=0.0
+            None, [], reported, JudgeClock(eager_call_ms=first_ms), floor_ms=floor_ms
         )
     except TimingRejected as rejected:
         result = rejected
@@ -217,8 +219,8 @@ def _second_look(
 def test_a_report_the_first_clock_contradicts_gets_a_longer_second_look(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    (clock, note), spans = _second_look(monkeypatch, first_ms=1.9, second_ms=0.012)
-    assert clock.eager_call_ms == 0.012
+    (clock, note, recorded), spans = _second_look(monkeypatch, first_ms=1.9, second_ms=0.012)
+    assert clock.eager_call_ms == 0.012 and recorded.median_ms == 0.010
     assert spans == [10.0]
     assert "a second look agreed" in note and "1900 us" in note
 
@@ -239,14 +241,32 @@ def test_on_a_busy_cpu_the_sandboxs_cpu_time_has_the_last_word(
     trace says why; a CPU time that does not agree (2 ms) still rejects a forged 10 us."""
     from kernelarena.evaluate.crosscheck import TimingRejected
 
-    (clock, note), spans = _second_look(monkeypatch, 1.9, 1.8, cpu_time_ms=0.012)
+    (clock, note, _), spans = _second_look(monkeypatch, 1.9, 1.8, cpu_time_ms=0.012)
     assert clock.eager_call_ms == 0.012 and "the machine was busy" in note and spans == [10.0]
     rejected, _ = _second_look(monkeypatch, 1.9, 1.8, cpu_time_ms=2.0)
     assert isinstance(rejected, TimingRejected) and "2000 us" in str(rejected)
 
 
+def test_an_event_timed_call_the_judge_finds_slower_gets_the_judges_figure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call that cannot be captured, timed with events at 10 us, that costs its caller 30 us
+    (a host synchronization inside it: seen on an H100 for a published CUDA solution): not
+    rejected, and the judge's figure, which holds the host's part too, is recorded; a forged
+    timer gains nothing by it. Below the physical floor it is still rejected."""
+    from kernelarena.evaluate.crosscheck import TimingRejected
+
+    (clock, note, recorded), _ = _second_look(monkeypatch, 0.031, 0.030, mode="cuda_events")
+    assert recorded.median_ms == clock.eager_call_ms == 0.030
+    assert recorded.mode == "cuda_events" and "the judge's figure recorded" in note
+    rejected, _ = _second_look(monkeypatch, 0.031, 0.030, mode="cuda_events", floor_ms=0.1)
+    assert isinstance(rejected, TimingRejected) and rejected.below_physics
+    graph, _ = _second_look(monkeypatch, 0.031, 0.030, mode="cuda_graph")
+    assert isinstance(graph, TimingRejected)
+
+
 def test_an_agreeing_report_takes_no_second_look(monkeypatch: pytest.MonkeyPatch) -> None:
-    (clock, note), spans = _second_look(monkeypatch, first_ms=0.011, second_ms=5.0)
+    (clock, note, _), spans = _second_look(monkeypatch, first_ms=0.011, second_ms=5.0)
     assert clock.eager_call_ms == 0.011 and note == "" and spans == []
 
 

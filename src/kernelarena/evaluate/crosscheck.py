@@ -34,7 +34,16 @@ MODES = {"cuda_graph", "cuda_events_l2_flush", "cuda_events", "cpu_clock"}
 
 
 class TimingRejected(Exception):
-    pass
+    """A reported timing that cannot be true; ``below_physics`` when it beats the device's
+    ceilings (proof of a clock that does not measure the work), else it disagrees with the
+    judge's clock."""
+
+    def __init__(self, message: str, below_physics: bool = False) -> None:
+        super().__init__(message)
+        self.below_physics = below_physics
+
+
+EVENT_MODES = frozenset({"cuda_events_l2_flush", "cuda_events"})
 
 
 def reported_timing(reply: dict[str, Any]) -> Timing:
@@ -79,7 +88,8 @@ def check_reported(reported: Timing, clock: JudgeClock, floor_ms: float) -> None
         raise TimingRejected(
             f"timing rejected: the reported {_us(claimed)} per call is below what moving this "
             f"workload's bytes or FLOPs takes on this device ({_us(floor_ms)} at the measured "
-            "ceilings): a clock that does not measure the work"
+            "ceilings): a clock that does not measure the work",
+            below_physics=True,
         )
     if reported.mode == "cuda_graph" and clock.graph_call_ms is not None:
         judged, how = clock.graph_call_ms, "replays of the same CUDA graph"

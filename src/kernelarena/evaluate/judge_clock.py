@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from kernelarena.evaluate.confine import descendants, stat_fields
-from kernelarena.evaluate.crosscheck import JudgeClock, TimingRejected, check_reported
+from kernelarena.evaluate.crosscheck import EVENT_MODES, JudgeClock, TimingRejected, check_reported
 from kernelarena.evaluate.pass_check import after_pass, before_pass
 from kernelarena.evaluate.shared_sets import SetMaker, SharedSet
-from kernelarena.evaluate.timing import Timing
+from kernelarena.evaluate.timing import Timing, summarize
 
 # The judge's replays of a graph run at least this long, so one synchronization is noise.
 REPLAY_SPAN_MS = 2.0
@@ -73,33 +73,59 @@ def agreed_clock(
     clock: JudgeClock,
     floor_ms: float,
     quiet: Quiet = contextlib.nullcontext,
-) -> tuple[JudgeClock, str]:
-    """The judge's clock the reported timing agrees with (else ``TimingRejected``), and a line for
-    the trace when that took another look. A disagreement is measured again inside ``quiet()``
-    (nothing else of kernelarena's runs there: the spare sandboxes stopped) over
-    ``SECOND_LOOK_SPAN`` times the span; on the CPU, where a busy machine stretches every wall
-    clock, the last word is the sandbox's CPU time as the kernel counts it (``cpu_time_clock``),
-    so that an honest solution is never rejected because other programs took the cores."""
+) -> tuple[JudgeClock, str, Timing]:
+    """The judge's clock the reported timing agrees with (else ``TimingRejected``), a line for
+    the trace when that took another look, and the timing to record. A disagreement is measured
+    again inside ``quiet()`` (nothing else of kernelarena's runs there: the spare sandboxes
+    stopped) over ``SECOND_LOOK_SPAN`` times the span. On the CPU, where a busy machine stretches
+    every wall clock, the last word is the sandbox's CPU time as the kernel counts it
+    (``cpu_time_clock``), so that an honest solution is never rejected because other programs
+    took the cores. On a GPU, a call timed with events (one that cannot be captured) may cost
+    its caller far more than its GPU time: a host synchronization inside it, many small launches.
+    Its eager figure then stays below the judge's, and nothing from outside tells an honest
+    host-bound call from a forged timer; it is not rejected, and the judge's own figure, which
+    holds all the work, the host's included, is recorded instead of the report."""
     try:
         check_reported(reported, clock, floor_ms)
-        return clock, ""
+        return clock, "", reported
     except TimingRejected as first:
         with quiet():
             clock = judge_clock(sets, rotated, reported, SECOND_LOOK_SPAN)
             try:
                 check_reported(reported, clock, floor_ms)
                 note = f"a second look agreed, over {SECOND_LOOK_SPAN:g}x the span, after: {first}"
-                return clock, note
+                return clock, note, reported
             except TimingRejected as second:
+                if reported.mode in EVENT_MODES and not second.below_physics:
+                    return clock, _judged_note(reported, clock), _judged(reported, clock)
                 cpu = cpu_time_clock(sets, rotated)
                 if cpu is None:
                     raise second from None
         check_reported(reported, cpu, floor_ms)
-        return cpu, (
-            f"the machine was busy: the judge's wall clock read {clock.eager_call_ms * 1e3:.4g} "
-            f"us a call, the sandbox's CPU time {cpu.eager_call_ms * 1e3:.4g} us, which agrees "
-            f"with the report (first look: {first})"
+        return (
+            cpu,
+            (
+                f"the machine was busy: the judge's wall clock read {clock.eager_call_ms * 1e3:.4g} "
+                f"us a call, the sandbox's CPU time {cpu.eager_call_ms * 1e3:.4g} us, which agrees "
+                f"with the report (first look: {first})"
+            ),
+            reported,
         )
+
+
+def _judged(reported: Timing, clock: JudgeClock) -> Timing:
+    return summarize([clock.eager_call_ms], reported.mode)
+
+
+def _judged_note(reported: Timing, clock: JudgeClock) -> str:
+    return (
+        f"the judge's figure recorded: the solution's process reported "
+        f"{reported.median_ms * 1e3:.4g} us a call ({reported.mode}), under half of the "
+        f"{clock.eager_call_ms * 1e3:.4g} us the judge's clock measured over eager passes with "
+        "the device synchronized, twice: a call that cannot be captured and costs its caller "
+        "more than its GPU time (a host synchronization inside it, many small launches), or a "
+        "timer that was not what it claims; either way the judge's figure holds all its work"
+    )
 
 
 def cpu_time_clock(sets: SetMaker, rotated: list[SharedSet]) -> JudgeClock | None:

@@ -98,7 +98,7 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
         verify_graph(sets, rotated)
     bytes_moved, flops = _costs(job)
     floor = physics_floor_ms(bytes_moved, flops, evaluator.environment.ceilings or {})
-    clock, second_look = agreed_clock(
+    clock, second_look, reported = agreed_clock(
         sets, rotated, reported, clock, floor, evaluator.sandboxes.spares_stopped
     )
     if on_gpu:  # the figure apply ranks by; CPU figures check, they rank nothing
