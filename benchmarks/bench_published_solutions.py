@@ -169,7 +169,8 @@ def keep_traces(dataset: Path, archive: Path, stdout: Path) -> None:
 
 
 def ours_payload(stdout: Path) -> dict[str, Any]:
-    """What ``--json`` printed at the end (nothing when stopped): skipped jobs, worker start-up."""
+    """What ``--json`` printed at the end (nothing when stopped): skipped jobs, worker start-up,
+    the build pool's times."""
     lines = stdout.read_text().strip().splitlines()
     if not lines:
         return {}
@@ -180,6 +181,8 @@ def ours_payload(stdout: Path) -> dict[str, Any]:
     return {
         "skipped": payload.get("skipped", []),
         "worker_startup": [e.get("startup") for e in payload.get("environments", [])],
+        # The build pool: builds by status, its wall time and the builds' time in all.
+        "builds": payload.get("builds", {}),
     }
 
 
@@ -214,6 +217,14 @@ def run_mode(mode: str, arguments: argparse.Namespace, work: Path) -> dict[str, 
             f", {record['jobs_with_verdict']}/{len(tool_jobs)} verdicts, {record['passed']} passed",
             flush=True,
         )
+        if record.get("builds"):
+            pool = record["builds"]
+            print(
+                f"[{mode}] {tool} build pool: {pool['builds']} builds {pool['by_status']} in "
+                f"{pool['wall_s']:.1f} s on {pool['slots']} slots ({pool['busy_s']:.1f} s of "
+                f"builds, longest {pool['longest_s']:.1f} s)",
+                flush=True,
+            )
         runs.append(record)
     rows = verdicts.table(jobs, found)
     return {

@@ -2,10 +2,20 @@
 
 from kernelarena.build.base import (
     BuildError,
+    CachedBuildError,
     DependencyMissing,
     Runnable,
     build_solution,
     builder_for,
+    first_error,
 )
 
-__all__ = ["BuildError", "DependencyMissing", "Runnable", "build_solution", "builder_for"]
+__all__ = [
+    "BuildError",
+    "CachedBuildError",
+    "DependencyMissing",
+    "Runnable",
+    "build_solution",
+    "builder_for",
+    "first_error",
+]

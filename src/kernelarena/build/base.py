@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -16,6 +18,37 @@ class BuildError(Exception):
 
 class DependencyMissing(BuildError):
     """An optional dependency (a peer's package, a GPU) is not here: the solution is skipped."""
+
+
+class CachedBuildError(BuildError):
+    """A build that failed before with the same key (sources, flags, architecture, toolchain):
+    its error, read from the build cache, not compiled again (``cache.cached_build``)."""
+
+
+# A compiler's diagnostic with its place: nvcc's 'kernel.cu(12): error: ...', gcc's and clang's
+# 'main.cpp:3:10: fatal error: ...'.
+_LOCATED_ERROR = re.compile(
+    r"^(?P<path>\S+?)(?P<place>\(\d+\)|:\d+(?::\d+)?):\s*(?:fatal )?error\b"
+)
+# Without a place: the linker's and nvcc's own.
+_BARE_ERROR = re.compile(
+    r"\b(?:error|fatal)\b\s*:|undefined reference|cannot find -l", re.IGNORECASE
+)
+
+
+def first_error(log: str) -> str:
+    """The compiler's first error in a build's log, its path shortened to the file's name (the
+    build folder's path says nothing); else the first line that reads as an error; else the
+    log's first line."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in lines:
+        found = _LOCATED_ERROR.match(line)
+        if found:
+            return os.path.basename(found["path"]) + line[found.end("path") :]
+    for line in lines:
+        if _BARE_ERROR.search(line) and not line.startswith(("ninja:", "FAILED:")):
+            return line
+    return lines[0] if lines else ""
 
 
 @dataclass

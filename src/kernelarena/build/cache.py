@@ -3,6 +3,12 @@
 Lifecycle (FlashInfer's): look for the finished artifact; if missing, take the folder's lock, look
 again (another process may have built it meanwhile), build, mark finished. Keys hash the sources,
 flags, architecture and toolchain, so a change to any of them builds anew.
+
+A build that fails is cached too: its error is kept in the folder (``.error``) and raised again,
+as a ``CachedBuildError``, without compiling, until the key changes or
+``KERNELARENA_RETRY_FAILED_BUILDS=1`` asks for another try (a header installed since, say). What
+may pass on another try is not kept: a missing dependency, and a compiler killed or starved
+(out of memory, disk full).
 """
 
 from __future__ import annotations
@@ -15,6 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+ERROR_FILE = ".error"
+# Failures of the machine rather than of the sources: never cached.
+_TRANSIENT = (
+    "Killed",
+    "terminated by signal",
+    "No space left on device",
+    "Cannot allocate memory",
+    "out of memory",
+    "Resource temporarily unavailable",
+    "Too many open files",
+)
 
 
 def cache_base() -> Path:
@@ -46,21 +64,56 @@ def cache_key(**parts: Any) -> str:
 
 
 def cached_build(kind: str, key: str, artifact_name: str, build: Callable[[Path], None]) -> Path:
-    """Return ``<cache>/<kind>/<key>/<artifact_name>``, running ``build(folder)`` at most once."""
+    """Return ``<cache>/<kind>/<key>/<artifact_name>``, running ``build(folder)`` at most once;
+    a ``BuildError`` it raised is raised again for this key without building."""
+    # Here, not at the top: the sandboxes' start-up reads ``cache_base`` without the schemas.
+    from kernelarena.build.base import BuildError, DependencyMissing
+
     folder = cache_root() / kind / key
     artifact = folder / artifact_name
     done = folder / ".done"
     if done.exists() and artifact.exists():
         return artifact
+    _raise_cached_failure(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder / ".lock")):
         if done.exists() and artifact.exists():
             return artifact
-        build(folder)
+        _raise_cached_failure(folder)
+        try:
+            build(folder)
+        except DependencyMissing:
+            raise
+        except BuildError as error:
+            if not any(marker in str(error) for marker in _TRANSIENT):
+                (folder / ERROR_FILE).write_text(str(error), encoding="utf-8")
+            raise
         if not artifact.exists():
             raise FileNotFoundError(f"build produced no {artifact_name} in {folder}")
         done.write_text(key)
     return artifact
+
+
+def _raise_cached_failure(folder: Path) -> None:
+    """Raise the error a build of this key failed with before, if one is kept (and no retry is
+    asked for: then it is dropped)."""
+    from kernelarena.build.base import CachedBuildError
+
+    kept = folder / ERROR_FILE
+    if not kept.exists():
+        return
+    if os.environ.get("KERNELARENA_RETRY_FAILED_BUILDS") == "1":
+        kept.unlink(missing_ok=True)
+        return
+    try:
+        text = kept.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    raise CachedBuildError(
+        f"{text}\n(this build failed before with the same sources, flags and toolchain: its error "
+        "is kept in the build cache; KERNELARENA_RETRY_FAILED_BUILDS=1 or "
+        "'kernelarena build --retry-failed' builds it again)"
+    )
 
 
 def write_sources(folder: Path, sources: list[tuple[str, str]]) -> None:

@@ -51,7 +51,11 @@ def toolchain_version() -> str:
 
 
 def device_arch(device: str) -> str | None:
-    """'90a' for a Hopper device; None without a GPU."""
+    """'90a' for a Hopper device; None without a GPU. A device named by its architecture
+    ('sm_90a': what the build pool builds for, in processes that make no CUDA context) is that
+    architecture."""
+    if re.fullmatch(r"sm_\d+[af]?", device):
+        return device.removeprefix("sm_")
     if not device.startswith("cuda"):
         return None
     import torch

@@ -71,14 +71,28 @@ def build_command(
         bool,
         typer.Option("--warm", help="with a GPU: call each winner once to fill the JIT caches"),
     ] = True,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed", help="build again what failed before (its error is kept otherwise)"
+        ),
+    ] = False,
     dataset: DatasetOption = None,
     imports: ImportOption = None,
 ) -> None:
-    """Build solutions into the build cache ahead of time (CUDA compiles for sm_90a without a GPU)."""
+    """Build solutions into the build cache ahead of time (CUDA compiles for sm_90a without a GPU).
+
+    CUDA and C++ solutions are compiled in parallel, each in a confined process; a build that
+    fails is reported with the compiler's first error and kept: the next run reports it again
+    without compiling, until its sources, flags or toolchain change (or --retry-failed)."""
+    import os
+
     from rich.table import Table
 
     from kernelarena.dispatch.aot import build_winners
 
+    if retry_failed:  # read by every build, the confined ones included
+        os.environ["KERNELARENA_RETRY_FAILED_BUILDS"] = "1"
     combined, _ = load(dataset, imports)
     definitions = select_or_exit(combined, names, dataset)
     results = build_winners(combined, definitions, hardware, only_winners=winners, warm=warm)
@@ -90,6 +104,9 @@ def build_command(
         view.add_row(built.definition, solution, built.hardware, built.status, built.detail)
     console.print(view)
     failed = [b for b in results if b.status == "failed"]
+    for solution, detail in dict.fromkeys((b.solution, b.detail) for b in failed):
+        # In full, once per solution: the table may fold a long line.
+        console.print(f"failed: {solution}: {detail}", markup=False, soft_wrap=True)
     console.print(
         f"{len(results) - len(failed)} built or skipped, {len(failed)} failed"
         + ("" if results else " (no traces: nothing has won yet; run 'kernelarena run' first)")

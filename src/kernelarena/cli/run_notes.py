@@ -106,6 +106,7 @@ def json_summary(summary: RunSummary, made: Plan) -> dict[str, Any]:
             {"definition": d.name, "workload": w.uuid, "reason": r} for d, w, r in made.rejected
         ],
         "resumed": summary.resumed,
+        "builds": summary.builds,
     }
 
 

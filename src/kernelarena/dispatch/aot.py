@@ -5,8 +5,10 @@ What "built" means per language: CUDA/C++ is compiled (for the solution's target
 a machine without a GPU); Python and Triton sources are written to the cache and imported. Triton
 compiles a kernel on its first launch for the shapes' specializations: with a GPU here and
 ``warm``, each of the library's winners is called once on inputs of a workload it won, which
-fills Triton's and torch.compile's caches as well. A solution from outside the library is
-built in a sandbox and not warmed (``confined_build``).
+fills Triton's and torch.compile's caches as well. CUDA and C++ solutions are compiled by the
+build pool (``evaluate.build_pool``: in parallel, each build confined, failures cached with their
+error); another solution from outside the library is built in a sandbox (``confined_build``).
+Solutions from outside the library are never warmed.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from typing import Any, Literal
 
 import torch
 
-from kernelarena.build import BuildError, DependencyMissing, Runnable, build_solution
+from kernelarena.build import BuildError, DependencyMissing, Runnable, build_solution, first_error
 from kernelarena.data import Definition, Solution, Trace, TraceSet
 from kernelarena.dispatch.confined_build import build_in_sandbox
 from kernelarena.dispatch.runtime import describe_device
 from kernelarena.dispatch.store import load_or_build
 from kernelarena.dispatch.table import ApplyTable, workload_key
+from kernelarena.evaluate.build_pool import BuildOutcome, pool_outcomes
 from kernelarena.evaluate.environment import hardware_name
 from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
 from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE, namespace_of
@@ -89,9 +92,11 @@ def build_winners(
     named, else this GPU's, else every model the traces measured."""
     device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
     here = [hardware_name(torch.device(device))] if device.startswith("cuda") else []
-    results: list[Built] = []
+    wanted: list[tuple[Definition, str, str, tuple[ApplyTable, ApplyTable]]] = []
     for definition in definitions:
         models = list(hardware or here or measured_hardware(trace_set, definition))
+        if not models and not only_winners:
+            models = [hardware_name(torch.device(device))]  # no traces: built for this device
         for model in models:
             tables = tables_for(trace_set, definition, model, device)
             names = (
@@ -99,9 +104,17 @@ def build_winners(
                 if only_winners
                 else [s.name for s in trace_set.solutions_for(definition.name)]
             )
-            for name in names:
-                results.append(_build_one(trace_set, definition, name, model, tables, device, warm))
-    return results
+            wanted += [(definition, name, model, tables) for name in names]
+    pairs = {
+        name: (definition, trace_set.solutions[name])
+        for definition, name, _, _ in wanted
+        if name in trace_set.solutions
+    }
+    pooled = pool_outcomes(list(pairs.values()), device, namespaced=False)
+    return [
+        _build_one(trace_set, definition, name, model, tables, device, warm, pooled.get(name))
+        for definition, name, model, tables in wanted
+    ]
 
 
 def _build_one(
@@ -112,18 +125,28 @@ def _build_one(
     tables: tuple[ApplyTable, ...],
     device: str,
     warm: bool,
+    pooled: BuildOutcome | None = None,
 ) -> Built:
     solution = trace_set.solutions.get(name)
     if solution is None:
         return Built(definition.name, name, hardware, "skipped", "not in the dataset")
-    if namespace_of(solution) != LIBRARY_NAMESPACE:
+    library = namespace_of(solution) == LIBRARY_NAMESPACE
+    if pooled is not None and pooled.status != "unbuilt":  # else built here, as without a pool
+        warming = library and warm and device.startswith("cuda") and pooled.status == "built"
+        if pooled.status == "failed":
+            return Built(definition.name, name, hardware, "failed", pooled.brief)
+        if pooled.status == "skipped":
+            return Built(definition.name, name, hardware, "skipped", pooled.brief)
+        if not warming:
+            return Built(definition.name, name, hardware, "built", pooled.brief)
+    if not library:
         return _built_in_sandbox(definition, solution, hardware, device)
     try:
         runnable = build_solution(definition, solution, device)
     except DependencyMissing as error:
         return Built(definition.name, name, hardware, "skipped", str(error))
     except BuildError as error:
-        return Built(definition.name, name, hardware, "failed", str(error)[:300])
+        return Built(definition.name, name, hardware, "failed", first_error(str(error)))
     detail = runnable.artifact or ""
     if not (warm and device.startswith("cuda")):
         return Built(definition.name, name, hardware, "built", detail)
@@ -147,7 +170,7 @@ def _built_in_sandbox(
         return Built(definition.name, solution.name, hardware, "skipped", str(reply["skipped"]))
     if "ok" not in reply:
         detail = str(reply.get("build_error") or reply.get("error") or reply)
-        return Built(definition.name, solution.name, hardware, "failed", detail[:300])
+        return Built(definition.name, solution.name, hardware, "failed", first_error(detail))
     artifact = str(reply.get("metadata", {}).get("artifact", ""))
     return Built(definition.name, solution.name, hardware, "built", artifact)
 

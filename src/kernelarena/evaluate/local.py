@@ -1,5 +1,10 @@
 """The local executor: one persistent worker process per device, jobs handed to whichever is free.
 
+Builds go ahead of the jobs: one build pool (``build_pool``) for all the devices compiles every
+CUDA and C++ solution of the run in parallel while the workers evaluate; a worker takes only jobs
+whose solution is built (Python and Triton ones at once), and a job whose build failed gets the
+build's verdict, a compile error with the compiler's log, without a worker.
+
 Containment lives here. A worker that dies (segfault, abort, ``os._exit``) or overruns its job's time
 limit is killed and replaced; its job becomes a RUNTIME_ERROR or TIMEOUT trace with the tail of what the
 worker printed. The run goes on.
@@ -31,6 +36,8 @@ from kernelarena.evaluate.worker import read_tail
 
 if TYPE_CHECKING:
     from kernelarena.data import Status
+    from kernelarena.evaluate.build_pool import BuildPool
+    from kernelarena.evaluate.build_pool import Key as BuildKey
     from kernelarena.evaluate.jobs import Job
 
 
@@ -56,7 +63,11 @@ class LocalExecutor:
         timeouts: Timeouts | None = None,
         log_dir: str | Path | None = None,
         measure_ceilings: bool = True,
+        build_pool: BuildPool | bool = True,
     ) -> None:
+        """``build_pool``: True, a pool made for each ``run`` (``KERNELARENA_BUILD_POOL=0``
+        turns it off); a pool of the caller's, used as it is (and closed with the executor);
+        False, the sandboxes build, each before its solution's first job."""
         if not devices:
             raise ValueError("devices: at least one device is needed")
         self.devices = list(devices)
@@ -70,6 +81,14 @@ class LocalExecutor:
         self._pending: list[_Worker] = []
         self._spawned = 0
         self._queue: deque[Job] = deque()  # the jobs ``run`` has not handed out yet
+        if build_pool is True and os.environ.get("KERNELARENA_BUILD_POOL") == "0":
+            build_pool = False
+        self._pool_wanted = build_pool is not False
+        self._pool: BuildPool | None = None if isinstance(build_pool, bool) else build_pool
+        self._owns_pool = self._pool is None
+        self._build_keys: dict[int, BuildKey | None] = {}  # each job's build in the pool
+        self._settled_at = -1  # builds over when the queue was last settled
+        self.build_summary: dict[str, Any] = {}  # the last run's pool (``BuildPool.summary``)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -90,6 +109,9 @@ class LocalExecutor:
         return [dict(w.environment, startup=w.startup) for w in self._workers]
 
     def close(self) -> None:
+        if self._pool is not None and not self._owns_pool:
+            self._pool.close()
+            self._pool = None
         for worker in self._pending:
             worker.process.kill()
         self._pending = []
@@ -187,26 +209,102 @@ class LocalExecutor:
     def run(self, jobs: Sequence[Job], on_result: Callable[[Job, JobResult], None]) -> None:
         self.start()
         self._queue = deque(jobs)
-        while self._queue or any(w.job is not None for w in self._workers):
-            for worker in self._workers:
-                if worker.job is None and self._queue:
-                    self._submit(worker, self._take(worker))
-            busy = [w for w in self._workers if w.job is not None]
-            waitables: list[Any] = [w.conn for w in busy]
-            next_deadline = min(w.deadline for w in busy)
-            ready = wait(waitables, timeout=max(0.0, min(next_deadline - time.monotonic(), 1.0)))
-            for worker in busy:
-                self._service(worker, ready, on_result)
+        pool = self._start_builds(jobs)
+        try:
+            while self._queue or any(w.job is not None for w in self._workers):
+                if pool is not None and pool.finished() != self._settled_at:
+                    self._settled_at = pool.finished()
+                    self._settle_unbuilt(on_result)
+                for worker in self._workers:
+                    if worker.job is None:
+                        job = self._take(worker)
+                        if job is not None:
+                            self._submit(worker, job)
+                busy = [w for w in self._workers if w.job is not None]
+                waitables: list[Any] = [w.conn for w in busy]
+                timeout = 1.0
+                if busy:
+                    timeout = min(min(w.deadline for w in busy) - time.monotonic(), 1.0)
+                if pool is not None and pool.pending():
+                    waitables.append(pool.fileno())  # a build that finishes frees jobs
+                elif not busy:
+                    continue  # what is left is settled above
+                ready = wait(waitables, timeout=max(0.0, timeout))
+                if pool is not None:
+                    pool.drain()
+                for worker in busy:
+                    self._service(worker, ready, on_result)
+        finally:
+            if pool is not None:
+                self.build_summary = pool.summary()
+                if self._owns_pool:
+                    pool.close()
+                    self._pool = None
 
-    def _take(self, worker: _Worker) -> Job:
-        """The next queued job of the solution the worker's sandbox serves, else the first: with
-        several workers, first-come order would hand a solution's jobs to each in turn, and each
-        would start a sandbox (seconds) for almost every job."""
+    # -- builds ---------------------------------------------------------------------------------
+
+    def _start_builds(self, jobs: Sequence[Job]) -> BuildPool | None:
+        """The pool, given every build the jobs need in the order of the jobs (so that the first
+        jobs' solutions are built first); None without a pool or without anything to build. The
+        devices share one pool and one target (a host's GPUs are of one architecture; where
+        they are not, or it cannot be told, the sandboxes build, as without a pool)."""
+        from kernelarena.evaluate.build_pool import BuildPool, build_target, pooled
+
+        self._build_keys, self._settled_at = {}, -1
+        if not self._pool_wanted or not any(pooled(job.solution) for job in jobs):
+            return None
+        targets = {build_target(device) for device in self.devices}
+        target = targets.pop() if len(targets) == 1 else None
+        if target is None:
+            return None
+        if self._pool is None:
+            self._pool = BuildPool(timeout_s=self.timeouts.build_s, devices=len(self.devices))
+        pool = self._pool
+        for job in jobs:
+            self._build_keys[job.id] = pool.submit(job.definition, job.solution, target)
+        return pool
+
+    def _ready(self, job: Job) -> bool:
+        return self._pool is None or self._pool.ready(self._build_keys.get(job.id))
+
+    def _settle_unbuilt(self, on_result: Callable[[Job, JobResult], None]) -> None:
+        """Jobs whose build failed get the build's verdict, and those whose solution cannot be
+        built here (a dependency missing) are skipped, without a worker."""
+        from kernelarena.data import Environment, Status
+
+        assert self._pool is not None
+        worker = self._workers[0]
+        for job in list(self._queue):
+            outcome = self._pool.outcome(self._build_keys.get(job.id))
+            if outcome is None or outcome.status not in ("failed", "skipped"):
+                continue
+            self._queue.remove(job)
+            if outcome.status == "skipped":
+                on_result(job, JobResult(skipped=outcome.detail, device=worker.device))
+                continue
+            environment = Environment.model_validate(worker.environment)
+            trace = job.failure_trace(environment, Status.COMPILE_ERROR, outcome.detail)
+            on_result(job, JobResult(trace=trace, device=worker.device))
+
+    def _take(self, worker: _Worker) -> Job | None:
+        """The next queued job of the solution the worker's sandbox serves, else the first,
+        among those whose solution is built; None while every queued job waits for its build.
+        With several workers, first-come order would hand a solution's jobs to each in turn,
+        and each would start a sandbox (seconds) for almost every job."""
+        first = None
         for index, job in enumerate(self._queue):
+            if not self._ready(job):
+                continue
             if job.solution.name == worker.solution:
                 del self._queue[index]
                 return job
-        return self._queue.popleft()
+            if first is None:
+                first = index
+        if first is None:
+            return None
+        job = self._queue[first]
+        del self._queue[first]
+        return job
 
     def _submit(self, worker: _Worker, job: Job) -> None:
         worker.job = job
@@ -248,9 +346,10 @@ class LocalExecutor:
                             )
                             return
                         trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
-                        if not outcome["fatal"] and self._queue:
+                        following = self._take(worker) if not outcome["fatal"] else None
+                        if following is not None:
                             # The worker starts its next job while this one's trace is recorded.
-                            self._submit(worker, self._take(worker))
+                            self._submit(worker, following)
                         on_result(
                             job,
                             JobResult(

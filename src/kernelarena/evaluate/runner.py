@@ -48,6 +48,7 @@ class RunSummary:
     skipped: list[tuple[Job, str]] = field(default_factory=list)
     resumed: int = 0
     environments: list[dict[str, Any]] = field(default_factory=list)
+    builds: dict[str, Any] = field(default_factory=dict)  # the build pool's (``BuildPool.summary``)
 
     @property
     def failures(self) -> list[Trace]:
@@ -303,6 +304,7 @@ def run_jobs(
             on_progress(job, result)
 
     executor.run(jobs, record)
+    summary.builds = dict(getattr(executor, "build_summary", None) or {})
     return summary
 
 
