@@ -1,4 +1,9 @@
-"""Builders: one per language, each turning a Solution into a Runnable, over one build cache."""
+"""Builders: one per language, each turning a Solution into a Runnable, over one build cache.
+
+The public API, what packages above build/ (dispatch, evaluate) use: ``build_solution`` and what
+it raises, the trusted cache's folder (``cache_root``) and the namespace a solution's caches take
+(``namespace_of``: the library's solutions share ``LIBRARY_NAMESPACE``).
+"""
 
 from kernelarena.build.base import (
     BuildError,
@@ -7,5 +12,15 @@ from kernelarena.build.base import (
     build_solution,
     builder_for,
 )
+from kernelarena.build.cache import LIBRARY_NAMESPACE, cache_root, namespace_of
 
-__all__ = ["BuildError", "DependencyMissing", "Runnable", "build_solution", "builder_for"]
+__all__ = [
+    "LIBRARY_NAMESPACE",
+    "BuildError",
+    "DependencyMissing",
+    "Runnable",
+    "build_solution",
+    "builder_for",
+    "cache_root",
+    "namespace_of",
+]

@@ -36,8 +36,8 @@ def dispatch_show(
     import torch
 
     from kernelarena.dispatch.aot import measured_hardware, tables_for
-    from kernelarena.evaluate.environment import hardware_name
     from kernelarena.report.dispatch import table_view
+    from kernelarena.runtime.hardware import hardware_name
 
     combined, _ = load(dataset, imports)
     definitions = select_or_exit(combined, [name], dataset)
@@ -78,10 +78,13 @@ def build_command(
     from rich.table import Table
 
     from kernelarena.dispatch.aot import build_winners
+    from kernelarena.evaluate.confined_build import build_in_sandbox
 
     combined, _ = load(dataset, imports)
     definitions = select_or_exit(combined, names, dataset)
-    results = build_winners(combined, definitions, hardware, only_winners=winners, warm=warm)
+    results = build_winners(
+        combined, definitions, hardware, only_winners=winners, warm=warm, confined=build_in_sandbox
+    )
     view = Table(title="ahead-of-time builds")
     for column in ("definition", "solution", "hardware", "status", "detail"):
         view.add_column(column)

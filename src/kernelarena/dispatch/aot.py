@@ -6,27 +6,38 @@ a machine without a GPU); Python and Triton sources are written to the cache and
 compiles a kernel on its first launch for the shapes' specializations: with a GPU here and
 ``warm``, each of the library's winners is called once on inputs of a workload it won, which
 fills Triton's and torch.compile's caches as well. A solution from outside the library is
-built in a sandbox and not warmed (``confined_build``).
+built by the ``confined`` builder the caller passes (the command line passes the sandbox's,
+``evaluate.confined_build``: dispatch sits below evaluate) and never warmed; without one it is
+skipped, since nothing outside the library is built unconfined.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from kernelarena.build import BuildError, DependencyMissing, Runnable, build_solution
+from kernelarena.build import (
+    LIBRARY_NAMESPACE,
+    BuildError,
+    DependencyMissing,
+    Runnable,
+    build_solution,
+    namespace_of,
+)
 from kernelarena.data import Definition, Solution, Trace, TraceSet
-from kernelarena.dispatch.confined_build import build_in_sandbox
 from kernelarena.dispatch.runtime import describe_device
 from kernelarena.dispatch.store import load_or_build
 from kernelarena.dispatch.table import ApplyTable, workload_key
-from kernelarena.evaluate.environment import hardware_name
-from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
-from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE, namespace_of
+from kernelarena.runtime.hardware import hardware_name
+from kernelarena.runtime.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
+
+# Builds a solution from outside the library confined, on a device; answers as the sandbox does:
+# ``ok`` (with ``metadata``), ``skipped``, ``build_error`` or ``error``.
+ConfinedBuild = Callable[[Definition, Solution, str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -84,9 +95,11 @@ def build_winners(
     only_winners: bool = True,
     warm: bool = False,
     device: str | None = None,
+    confined: ConfinedBuild | None = None,
 ) -> list[Built]:
     """Build the winners (or every solution) of ``definitions`` for each hardware model: the one
-    named, else this GPU's, else every model the traces measured."""
+    named, else this GPU's, else every model the traces measured. Solutions from outside the
+    library go to ``confined``, and are skipped without it."""
     device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
     here = [hardware_name(torch.device(device))] if device.startswith("cuda") else []
     results: list[Built] = []
@@ -100,7 +113,9 @@ def build_winners(
                 else [s.name for s in trace_set.solutions_for(definition.name)]
             )
             for name in names:
-                results.append(_build_one(trace_set, definition, name, model, tables, device, warm))
+                results.append(
+                    _build_one(trace_set, definition, name, model, tables, device, warm, confined)
+                )
     return results
 
 
@@ -112,12 +127,16 @@ def _build_one(
     tables: tuple[ApplyTable, ...],
     device: str,
     warm: bool,
+    confined: ConfinedBuild | None,
 ) -> Built:
     solution = trace_set.solutions.get(name)
     if solution is None:
         return Built(definition.name, name, hardware, "skipped", "not in the dataset")
     if namespace_of(solution) != LIBRARY_NAMESPACE:
-        return _built_in_sandbox(definition, solution, hardware, device)
+        if confined is None:
+            why = "from outside the library: built only confined (kernelarena build)"
+            return Built(definition.name, name, hardware, "skipped", why)
+        return _built_confined(confined, definition, solution, hardware, device)
     try:
         runnable = build_solution(definition, solution, device)
     except DependencyMissing as error:
@@ -138,11 +157,11 @@ def _build_one(
     return Built(definition.name, name, hardware, "warmed", detail)
 
 
-def _built_in_sandbox(
-    definition: Definition, solution: Solution, hardware: str, device: str
+def _built_confined(
+    confined: ConfinedBuild, definition: Definition, solution: Solution, hardware: str, device: str
 ) -> Built:
-    """A solution from outside the library, built confined (``confined_build``), never warmed."""
-    reply = build_in_sandbox(definition, solution, device)
+    """A solution from outside the library, built confined, never warmed."""
+    reply = confined(definition, solution, device)
     if "skipped" in reply:
         return Built(definition.name, solution.name, hardware, "skipped", str(reply["skipped"]))
     if "ok" not in reply:
