@@ -5,13 +5,8 @@ it raises, the trusted cache's folder (``cache_root``) and the namespace a solut
 (``namespace_of``: the library's solutions share ``LIBRARY_NAMESPACE``).
 """
 
-from kernelarena.build.base import (
-    BuildError,
-    DependencyMissing,
-    Runnable,
-    build_solution,
-    builder_for,
-)
+from kernelarena.build.base import BuildError, DependencyMissing, Runnable
+from kernelarena.build.builders import build_solution, builder_for
 from kernelarena.build.cache import LIBRARY_NAMESPACE, cache_root, namespace_of
 
 __all__ = [

@@ -29,7 +29,8 @@ from kernelarena.dispatch.parameters import (
     parameter_names,
     signature_of,
 )
-from kernelarena.dispatch.state import current_runtime, disable_apply, enable_apply, register
+from kernelarena.dispatch.sites import register
+from kernelarena.dispatch.state import current_runtime, disable_apply, enable_apply
 
 if TYPE_CHECKING:
     from kernelarena.data import Definition

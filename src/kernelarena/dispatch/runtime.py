@@ -24,6 +24,7 @@ import torch
 from kernelarena.build import BuildError, Runnable, build_solution
 from kernelarena.data import Definition, Language, Solution, TraceSet
 from kernelarena.dispatch.admit import admitted_for_device
+from kernelarena.dispatch.sites import forget_prepared
 from kernelarena.dispatch.store import load_or_build
 from kernelarena.dispatch.table import ApplyTable, RankBy
 from kernelarena.runtime.hardware import HardwareProfile, device_profile
@@ -161,8 +162,6 @@ class ApplyRuntime:
     def drop(self, name: str, why: str) -> None:
         """Never run ``name`` again in this process; every call site forgets what it prepared,
         so no key keeps it."""
-        from kernelarena.dispatch.state import forget_prepared
-
         with self.lock:
             if name in self.dropped:
                 return
