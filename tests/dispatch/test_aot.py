@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from kernelarena.cli import app
 from kernelarena.dispatch.aot import build_winners
+from kernelarena.evaluate.confined_build import build_in_sandbox
 from tests.dispatch.toys import (
     CPU,
     OTHER_GPU,
@@ -37,7 +38,7 @@ def measured_set():  # type: ignore[no-untyped-def]
 
 
 def test_winners_of_every_measured_hardware_are_built(cache: Path) -> None:
-    results = build_winners(measured_set(), [TOY], device="cpu")
+    results = build_winners(measured_set(), [TOY], device="cpu", confined=build_in_sandbox)
     built = {(b.hardware == OTHER_GPU, b.solution, b.status) for b in results}
     assert built == {
         (False, ONE.name, "built"),
@@ -45,8 +46,21 @@ def test_winners_of_every_measured_hardware_are_built(cache: Path) -> None:
         (True, THREE.name, "built"),  # the other GPU's winner: its sources ready in the cache
     }
     assert all(Path(b.detail).is_relative_to(cache / "build") for b in results)
-    everything = build_winners(measured_set(), [TOY], [OTHER_GPU], only_winners=False, device="cpu")
+    everything = build_winners(
+        measured_set(),
+        [TOY],
+        [OTHER_GPU],
+        only_winners=False,
+        device="cpu",
+        confined=build_in_sandbox,
+    )
     assert sorted(b.solution for b in everything) == sorted([ONE.name, TWO.name, THREE.name])
+
+
+def test_without_a_confined_builder_nothing_from_outside_the_library_is_built(cache: Path) -> None:
+    results = build_winners(measured_set(), [TOY], device="cpu")
+    assert {b.status for b in results} == {"skipped"}
+    assert all("outside the library" in b.detail for b in results)
 
 
 def test_build_winners_command(tmp_path: Path) -> None:

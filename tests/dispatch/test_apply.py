@@ -224,4 +224,20 @@ def test_an_unknown_name_runs_the_body(caplog: pytest.LogCaptureFixture) -> None
     def body(x: torch.Tensor) -> torch.Tensor:
         return x + 1
 
-    assert body(torch.zeros(2)).eq(1).all() and "no definition" in caplog.text
+    assert body(torch.zeros(2)).eq(1).all()
+    assert "'no_such_operator' matches no definition, family or op_type" in caplog.text
+
+
+def test_a_list_with_an_unknown_name_runs_the_body_and_names_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As the runner and the command line refuse such a list, apply does not serve part of it:
+    the warning names what matched nothing, and the body runs."""
+    toy_runtime()
+
+    @kernelarena.apply(["toy_fp32", "toy_fp23"])
+    def body(x: torch.Tensor, factor: float) -> torch.Tensor:
+        return x + 1
+
+    assert body(torch.zeros(4, 8), 2.0).eq(1).all()
+    assert "'toy_fp23' matches no definition" in caplog.text and "body runs" in caplog.text

@@ -12,7 +12,7 @@ import torch
 
 import kernelarena
 from kernelarena.data import BuildSpec, Solution, SourceFile
-from kernelarena.dispatch.runtime import ApplyWarning
+from kernelarena.dispatch.runtime import ApplyWarning, shipped
 from kernelarena.library import load_library
 from kernelarena.testing import assert_close
 from tests.dispatch.toys import (
@@ -218,3 +218,14 @@ def test_library_solutions_are_trusted_and_an_edited_copy_is_not() -> None:
         }
     )
     assert runtime.needs_check(definition, edited)
+
+
+def test_shipped_is_byte_for_byte() -> None:
+    library = load_library()
+    definition_ = library.definitions["rmsnorm_bf16"]
+    solution = library.solutions["rmsnorm_bf16_triton"]
+    assert shipped(definition_, solution)
+    renamed_copy = solution.model_copy(update={"description": "mine"})
+    assert shipped(definition_, renamed_copy)  # descriptions are not content
+    other_definition = library.definitions["rmsnorm_fp16"]
+    assert not shipped(other_definition, solution)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import kernelarena.evaluate.compare as judge_module
+import kernelarena.runtime.compare as judge_module
 from kernelarena.build.cache import cache_root, sandbox_cache
 from kernelarena.data import Status, Trace
 from kernelarena.evaluate.benchmark import Benchmark

@@ -315,7 +315,7 @@ def test_decode_fused_merge_on_two_streams_and_in_a_graph() -> None:
 
 
 def test_decode_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The split counts a 132-SM GPU gets (what scripts/probe_decode.py measured best on an H100):
+    """The split counts a 132-SM GPU gets (what benchmarks/probes/probe_decode.py measured best on an H100):
     one program an SM while batch x KV heads fit the SMs, ~12 an SM beyond; never more splits
     than 128-token chunks; the fused merge only where one block holds a group's splits."""
     module = sys.modules[runnable("attention_decode_bf16", "triton", "cpu").fn.__module__]

@@ -131,7 +131,7 @@ def test_decode_page_table_addresses_each_sequence(layout: str) -> None:
 # -- GPU -------------------------------------------------------------------------------------------
 
 
-# H100, flashinfer-python 0.6.17, 2026-11-25 (scripts/probe_flashinfer.py): on the 8 causal
+# H100, flashinfer-python 0.6.17, 2026-11-25 (benchmarks/probes/probe_flashinfer.py): on the 8 causal
 # sequences of 6000 queries and 9000 keys, the FA3 ragged kernel wrote lse = -inf (-5e4 in its
 # log2) for 383 and 482 of 96000 (query, head) rows that see keys, different rows in each call, o
 # right: the engine records that workload INCORRECT for this peer, as it should.

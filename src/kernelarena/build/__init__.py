@@ -1,21 +1,30 @@
-"""Builders: one per language, each turning a Solution into a Runnable, over one build cache."""
+"""Builders: one per language, each turning a Solution into a Runnable, over one build cache.
+
+The public API, what packages above build/ (dispatch, evaluate) use: ``build_solution`` and what
+it raises (a failure cached from before: ``CachedBuildError``; its compiler's first error line:
+``first_error``), the trusted cache's folder (``cache_root``) and the namespace a solution's
+caches take (``namespace_of``: the library's solutions share ``LIBRARY_NAMESPACE``).
+"""
 
 from kernelarena.build.base import (
     BuildError,
     CachedBuildError,
     DependencyMissing,
     Runnable,
-    build_solution,
-    builder_for,
     first_error,
 )
+from kernelarena.build.builders import build_solution, builder_for
+from kernelarena.build.cache import LIBRARY_NAMESPACE, cache_root, namespace_of
 
 __all__ = [
+    "LIBRARY_NAMESPACE",
     "BuildError",
     "CachedBuildError",
     "DependencyMissing",
     "Runnable",
     "build_solution",
     "builder_for",
+    "cache_root",
     "first_error",
+    "namespace_of",
 ]

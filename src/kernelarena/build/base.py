@@ -101,27 +101,3 @@ def check_signature(fn: Callable[..., Any], definition: Definition, solution: So
             f"signature: {solution.spec.entry_point}{signature} does not accept the "
             f"{len(expected)} arguments ({', '.join(expected)}): {style}; {error}"
         ) from None
-
-
-# spec.binding of CUDA and C++ solutions (FlashInfer-Bench's names); none means tvm-ffi.
-BINDINGS = ("tvm-ffi", "torch")
-
-
-def builder_for(solution: Solution) -> Builder:
-    from kernelarena.build.cuda import CudaBuilder
-    from kernelarena.build.python import PythonBuilder
-    from kernelarena.build.torch_extension import TorchExtensionBuilder
-
-    language = solution.spec.language
-    if language in (Language.CUDA, Language.CPP):
-        binding = solution.spec.binding or "tvm-ffi"
-        if binding not in BINDINGS:
-            raise BuildError(f"spec.binding: '{binding}' is not one of {list(BINDINGS)}")
-        return TorchExtensionBuilder() if binding == "torch" else CudaBuilder()
-    if language in PythonBuilder.languages:
-        return PythonBuilder()
-    raise BuildError(f"spec.language: no builder for '{language.value}' here")
-
-
-def build_solution(definition: Definition, solution: Solution, device: str = "cpu") -> Runnable:
-    return builder_for(solution).build(definition, solution, device)

@@ -13,6 +13,7 @@ may pass on another try is not kept: a missing dependency, and a compiler killed
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+from kernelarena.data import Solution
 
 ERROR_FILE = ".error"
 # Failures of the machine rather than of the sources: never cached.
@@ -52,10 +55,29 @@ def sandbox_caches_root() -> Path:
 
 
 def sandbox_cache(namespace: str) -> Path:
-    """The caches of the solutions of one namespace (``evaluate.solution_caches``)."""
+    """The caches of the solutions of one namespace (``namespace_of``; ``evaluate.solution_caches``
+    points a sandbox's caches there)."""
     if not namespace or not all(c.isalnum() or c in "-_" for c in namespace):
         raise ValueError(f"cache namespace {namespace!r}: letters, digits, '-' and '_' only")
     return sandbox_caches_root() / namespace
+
+
+# A sandbox's caches are its solution's: the namespace is the solution's content hash, except
+# that the library's solutions (kernelarena's own code) share one.
+LIBRARY_NAMESPACE = "library"
+
+
+@functools.cache
+def library_solution_hashes() -> frozenset[str]:
+    from kernelarena.library import load_library
+
+    return frozenset(s.content_hash() for s in load_library().solutions.values())
+
+
+def namespace_of(solution: Solution) -> str:
+    """``library`` for a solution whose content is one of the library's, else its content hash."""
+    digest = solution.content_hash()
+    return LIBRARY_NAMESPACE if digest in library_solution_hashes() else digest
 
 
 def cache_key(**parts: Any) -> str:

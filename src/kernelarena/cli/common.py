@@ -143,18 +143,12 @@ def select_or_exit(
     trace_set: TraceSet, names: list[str] | None, dataset: str | None
 ) -> list[Definition]:
     """The definitions ``names`` choose; a name that matches nothing is an error that says why."""
-    from kernelarena.evaluate.runner import PlanError, select_definitions
+    from kernelarena.runtime.names import UnknownNames, definitions_named
 
     try:
-        return select_definitions(trace_set, names)
-    except PlanError:
-        pass
-    for name in names or []:
-        try:
-            select_definitions(trace_set, [name])
-        except PlanError:
-            fail(unknown_name(trace_set, name, dataset))
-    raise AssertionError("select_definitions failed on the names together only")
+        return definitions_named(trace_set, names)
+    except UnknownNames as error:
+        fail(unknown_name(trace_set, error.names[0], dataset))
 
 
 def unknown_name(trace_set: TraceSet, name: str, dataset: str | None) -> str:

@@ -36,8 +36,8 @@ def dispatch_show(
     import torch
 
     from kernelarena.dispatch.aot import measured_hardware, tables_for
-    from kernelarena.evaluate.environment import hardware_name
     from kernelarena.report.dispatch import table_view
+    from kernelarena.runtime.hardware import hardware_name
 
     combined, _ = load(dataset, imports)
     definitions = select_or_exit(combined, [name], dataset)
@@ -90,12 +90,22 @@ def build_command(
     from rich.table import Table
 
     from kernelarena.dispatch.aot import build_winners
+    from kernelarena.evaluate.build_pool import pool_outcomes
+    from kernelarena.evaluate.confined_build import build_in_sandbox
 
     if retry_failed:  # read by every build, the confined ones included
         os.environ["KERNELARENA_RETRY_FAILED_BUILDS"] = "1"
     combined, _ = load(dataset, imports)
     definitions = select_or_exit(combined, names, dataset)
-    results = build_winners(combined, definitions, hardware, only_winners=winners, warm=warm)
+    results = build_winners(
+        combined,
+        definitions,
+        hardware,
+        only_winners=winners,
+        warm=warm,
+        confined=build_in_sandbox,
+        pool=lambda pairs, device: pool_outcomes(pairs, device, namespaced=False),
+    )
     view = Table(title="ahead-of-time builds")
     for column in ("definition", "solution", "hardware", "status", "detail"):
         view.add_column(column)

@@ -1,10 +1,18 @@
-"""Base class of every schema: unknown fields survive a load and a save."""
+"""What the schema modules share, below all of them: the base class of every schema (unknown
+fields survive a load and a save), checks of names and paths, the content hash, and the tensor
+spec that definitions and their constraints both read."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from kernelarena.data.dtypes import DType
 
 NonEmptyString = Annotated[str, Field(min_length=1)]
 
@@ -50,3 +58,27 @@ class Schema(BaseModel):
 
     def to_json(self, indent: int | None = None) -> str:
         return self.model_dump_json(exclude_unset=True, by_alias=True, indent=indent)
+
+
+def content_hash(payload: dict[str, Any], ignore: Sequence[str] = ()) -> str:
+    """The hash that traces record for provenance: canonical JSON of ``payload`` less ``ignore``."""
+    kept = {k: v for k, v in payload.items() if k not in ignore}
+    canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def check_relative_path(path: str) -> str:
+    """A path inside a dataset or build folder: relative and never climbing out."""
+    pure = PurePosixPath(path.replace("\\", "/"))
+    if pure.is_absolute() or path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
+        raise ValueError(f"'{path}' is absolute; paths must be relative")
+    if ".." in pure.parts:
+        raise ValueError(f"'{path}' climbs out of its folder with '..'")
+    return path
+
+
+class TensorSpec(Schema):
+    shape: list[NonEmptyString] | None
+    dtype: DType
+    description: str | None = None
+    aliases: str | None = None

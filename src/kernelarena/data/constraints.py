@@ -28,13 +28,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
+from kernelarena.data._base import TensorSpec
 from kernelarena.data.expressions import ExpressionError, names, parse, uses
-
-if TYPE_CHECKING:
-    from kernelarena.data.definition import Definition, TensorSpec
-    from kernelarena.data.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -188,39 +185,6 @@ def plan_values(
             [f"FlashInfer's convention for '{convention.input}'"],
         )
     return plan
-
-
-def unmet_constraint_problems(definition: Definition, workload: Workload) -> list[tuple[str, str]]:
-    """(field, message) for each plain random input that a value constraint of no generated form
-    reads, where the reference has no ``make_inputs`` to make it."""
-    unmet = definition.value_plan.unmet
-    if not unmet or _defines_make_inputs(definition.reference):
-        return []
-    problems = []
-    for constraint in unmet:
-        for name in sorted(names(constraint) & set(definition.inputs)):
-            given = workload.inputs.get(name)
-            if given is not None and given.type in ("safetensors", "scalar"):
-                continue
-            if definition.value_plan.generated(name) or definition.inputs[name].shape is None:
-                continue  # drawn for another constraint, or a scalar: the check on the inputs tells
-            problems.append(
-                (
-                    f"workload.inputs.{name}",
-                    f"random, but constraint '{constraint}' reads its values in a form the input "
-                    "generator cannot meet: give it as safetensors, or define make_inputs in the "
-                    "reference",
-                )
-            )
-    return problems
-
-
-def _defines_make_inputs(reference: str) -> bool:
-    try:
-        module = ast.parse(reference)
-    except SyntaxError:
-        return False
-    return any(isinstance(n, ast.FunctionDef) and n.name == "make_inputs" for n in module.body)
 
 
 def _conjuncts(node: ast.expr) -> list[ast.expr]:

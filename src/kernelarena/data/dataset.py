@@ -20,7 +20,6 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from kernelarena.data._base import Schema
-from kernelarena.data.constraints import unmet_constraint_problems
 from kernelarena.data.dataset_files import append_line as append_line  # re-exported
 from kernelarena.data.dataset_files import write_lines as _write_lines
 from kernelarena.data.dataset_files import write_new as _write_new
@@ -33,6 +32,7 @@ from kernelarena.data.problems import Problem as Problem  # re-exported
 from kernelarena.data.solution import Solution
 from kernelarena.data.trace import Trace
 from kernelarena.data.workload import SafetensorsInput, ScalarInput, Workload
+from kernelarena.data.workload_checks import unmet_constraint_problems
 
 M = TypeVar("M", bound=Schema)
 

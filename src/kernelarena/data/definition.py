@@ -17,8 +17,6 @@ Field names are FlashInfer-Trace's. Ours, all optional, which FlashInfer-Bench i
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal
@@ -31,6 +29,8 @@ from kernelarena.data._base import (
     PathComponent,
     Schema,
     Tagged,
+    TensorSpec,
+    content_hash,
 )
 from kernelarena.data.constraints import (
     Shape,
@@ -68,13 +68,6 @@ Axis = Annotated[
     Annotated[AxisConst, Tag("const")] | Annotated[AxisVar, Tag("var")],
     Discriminator(_axis_kind),
 ]
-
-
-class TensorSpec(Schema):
-    shape: list[NonEmptyString] | None
-    dtype: DType
-    description: str | None = None
-    aliases: str | None = None
 
 
 class Tolerance(Schema):
@@ -342,13 +335,7 @@ class Definition(Schema):
             return None  # a scalar the workload draws at random: no fixed cost to report
 
     def content_hash(self) -> str:
-        return _content_hash(self.to_json_dict(), ignore=("description", "tags"))
-
-
-def _content_hash(payload: dict[str, Any], ignore: Sequence[str] = ()) -> str:
-    kept = {k: v for k, v in payload.items() if k not in ignore}
-    canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+        return content_hash(self.to_json_dict(), ignore=("description", "tags"))
 
 
 __all__ = [

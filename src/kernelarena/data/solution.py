@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from enum import Enum
-from pathlib import PurePosixPath
 
 from pydantic import Field, field_validator, model_validator
 
-from kernelarena.data._base import NonEmptyString, PathComponent, Schema
-from kernelarena.data.definition import _content_hash
+from kernelarena.data._base import (
+    NonEmptyString,
+    PathComponent,
+    Schema,
+    check_relative_path,
+    content_hash,
+)
 
 
 class Language(str, Enum):
@@ -17,16 +21,6 @@ class Language(str, Enum):
     CPP = "cpp"
     CUDA = "cuda"
     TILELANG = "tilelang"
-
-
-def check_relative_path(path: str) -> str:
-    """A path inside a dataset or build folder: relative and never climbing out."""
-    pure = PurePosixPath(path.replace("\\", "/"))
-    if pure.is_absolute() or path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
-        raise ValueError(f"'{path}' is absolute; paths must be relative")
-    if ".." in pure.parts:
-        raise ValueError(f"'{path}' climbs out of its folder with '..'")
-    return path
 
 
 class SourceFile(Schema):
@@ -87,7 +81,7 @@ class Solution(Schema):
         return next(s for s in self.sources if s.path == path)
 
     def content_hash(self) -> str:
-        return _content_hash(self.to_json_dict(), ignore=("description", "author"))
+        return content_hash(self.to_json_dict(), ignore=("description", "author"))
 
     def runs_on(self, hardware: str) -> bool:
         """Whether ``hardware`` ('cpu', 'cuda', or a GPU architecture like 'sm_90') is a target."""

@@ -6,9 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Tag, field_validator
 
-from kernelarena.data._base import NonEmptyString, NonNegativeInt, Schema, Tagged
-from kernelarena.data.definition import _content_hash
-from kernelarena.data.solution import check_relative_path
+from kernelarena.data._base import (
+    NonEmptyString,
+    NonNegativeInt,
+    Schema,
+    Tagged,
+    check_relative_path,
+    content_hash,
+)
 
 
 class RandomInput(Tagged, Schema):
@@ -63,4 +68,4 @@ class Workload(Schema):
     params: dict[str, Any] | None = None
 
     def content_hash(self) -> str:
-        return _content_hash(self.to_json_dict(), ignore=("tags",))
+        return content_hash(self.to_json_dict(), ignore=("tags",))

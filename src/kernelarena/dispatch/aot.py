@@ -5,31 +5,44 @@ What "built" means per language: CUDA/C++ is compiled (for the solution's target
 a machine without a GPU); Python and Triton sources are written to the cache and imported. Triton
 compiles a kernel on its first launch for the shapes' specializations: with a GPU here and
 ``warm``, each of the library's winners is called once on inputs of a workload it won, which
-fills Triton's and torch.compile's caches as well. CUDA and C++ solutions are compiled by the
-build pool (``evaluate.build_pool``: in parallel, each build confined, failures cached with their
-error); another solution from outside the library is built in a sandbox (``confined_build``).
-Solutions from outside the library are never warmed.
+fills Triton's and torch.compile's caches as well. CUDA and C++ solutions are compiled first by
+the ``pool`` the caller passes (the command line passes the build pool's, ``evaluate.build_pool``:
+in parallel, each build confined, failures cached with their error). A solution from outside the
+library is built by the ``confined`` builder the caller passes (the command line passes the
+sandbox's, ``evaluate.confined_build``: dispatch sits below evaluate) and never warmed; without
+one it is skipped, since nothing outside the library is built unconfined.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from kernelarena.build import BuildError, DependencyMissing, Runnable, build_solution, first_error
+from kernelarena.build import (
+    LIBRARY_NAMESPACE,
+    BuildError,
+    DependencyMissing,
+    Runnable,
+    build_solution,
+    namespace_of,
+)
 from kernelarena.data import Definition, Solution, Trace, TraceSet
-from kernelarena.dispatch.confined_build import build_in_sandbox
 from kernelarena.dispatch.runtime import describe_device
 from kernelarena.dispatch.store import load_or_build
 from kernelarena.dispatch.table import ApplyTable, workload_key
-from kernelarena.evaluate.build_pool import BuildOutcome, pool_outcomes
-from kernelarena.evaluate.environment import hardware_name
-from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
-from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE, namespace_of
+from kernelarena.runtime.hardware import hardware_name
+from kernelarena.runtime.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
+
+# Builds a solution from outside the library confined, on a device; answers as the sandbox does:
+# ``ok`` (with ``metadata``), ``skipped``, ``build_error`` or ``error``.
+ConfinedBuild = Callable[[Definition, Solution, str], dict[str, Any]]
+# Builds many solutions ahead, on a device: by solution name, an outcome with ``status`` (built,
+# failed, skipped, unbuilt: left to the builders here) and ``brief`` (evaluate.build_pool's).
+PoolBuild = Callable[[list[tuple[Definition, Solution]], str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -87,16 +100,20 @@ def build_winners(
     only_winners: bool = True,
     warm: bool = False,
     device: str | None = None,
+    confined: ConfinedBuild | None = None,
+    pool: PoolBuild | None = None,
 ) -> list[Built]:
     """Build the winners (or every solution) of ``definitions`` for each hardware model: the one
-    named, else this GPU's, else every model the traces measured."""
+    named, else this GPU's, else every model the traces measured (none measured and every
+    solution asked for: this device's). ``pool`` builds them ahead where it can; solutions from
+    outside the library go to ``confined`` otherwise, and are skipped without it."""
     device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
     here = [hardware_name(torch.device(device))] if device.startswith("cuda") else []
     wanted: list[tuple[Definition, str, str, tuple[ApplyTable, ApplyTable]]] = []
     for definition in definitions:
         models = list(hardware or here or measured_hardware(trace_set, definition))
         if not models and not only_winners:
-            models = [hardware_name(torch.device(device))]  # no traces: built for this device
+            models = [hardware_name(torch.device(device))]
         for model in models:
             tables = tables_for(trace_set, definition, model, device)
             names = (
@@ -110,9 +127,11 @@ def build_winners(
         for definition, name, _, _ in wanted
         if name in trace_set.solutions
     }
-    pooled = pool_outcomes(list(pairs.values()), device, namespaced=False)
+    pooled = pool(list(pairs.values()), device) if pool is not None and pairs else {}
     return [
-        _build_one(trace_set, definition, name, model, tables, device, warm, pooled.get(name))
+        _build_one(
+            trace_set, definition, name, model, tables, device, warm, confined, pooled.get(name)
+        )
         for definition, name, model, tables in wanted
     ]
 
@@ -125,28 +144,29 @@ def _build_one(
     tables: tuple[ApplyTable, ...],
     device: str,
     warm: bool,
-    pooled: BuildOutcome | None = None,
+    confined: ConfinedBuild | None,
+    pooled: Any = None,
 ) -> Built:
     solution = trace_set.solutions.get(name)
     if solution is None:
         return Built(definition.name, name, hardware, "skipped", "not in the dataset")
     library = namespace_of(solution) == LIBRARY_NAMESPACE
     if pooled is not None and pooled.status != "unbuilt":  # else built here, as without a pool
-        warming = library and warm and device.startswith("cuda") and pooled.status == "built"
-        if pooled.status == "failed":
-            return Built(definition.name, name, hardware, "failed", pooled.brief)
-        if pooled.status == "skipped":
-            return Built(definition.name, name, hardware, "skipped", pooled.brief)
-        if not warming:
+        if pooled.status in ("failed", "skipped"):
+            return Built(definition.name, name, hardware, pooled.status, pooled.brief)
+        if not (library and warm and device.startswith("cuda") and pooled.status == "built"):
             return Built(definition.name, name, hardware, "built", pooled.brief)
     if not library:
-        return _built_in_sandbox(definition, solution, hardware, device)
+        if confined is None:
+            why = "from outside the library: built only confined (kernelarena build)"
+            return Built(definition.name, name, hardware, "skipped", why)
+        return _built_confined(confined, definition, solution, hardware, device)
     try:
         runnable = build_solution(definition, solution, device)
     except DependencyMissing as error:
         return Built(definition.name, name, hardware, "skipped", str(error))
     except BuildError as error:
-        return Built(definition.name, name, hardware, "failed", first_error(str(error)))
+        return Built(definition.name, name, hardware, "failed", str(error)[:300])
     detail = runnable.artifact or ""
     if not (warm and device.startswith("cuda")):
         return Built(definition.name, name, hardware, "built", detail)
@@ -161,16 +181,16 @@ def _build_one(
     return Built(definition.name, name, hardware, "warmed", detail)
 
 
-def _built_in_sandbox(
-    definition: Definition, solution: Solution, hardware: str, device: str
+def _built_confined(
+    confined: ConfinedBuild, definition: Definition, solution: Solution, hardware: str, device: str
 ) -> Built:
-    """A solution from outside the library, built confined (``confined_build``), never warmed."""
-    reply = build_in_sandbox(definition, solution, device)
+    """A solution from outside the library, built confined, never warmed."""
+    reply = confined(definition, solution, device)
     if "skipped" in reply:
         return Built(definition.name, solution.name, hardware, "skipped", str(reply["skipped"]))
     if "ok" not in reply:
         detail = str(reply.get("build_error") or reply.get("error") or reply)
-        return Built(definition.name, solution.name, hardware, "failed", first_error(detail))
+        return Built(definition.name, solution.name, hardware, "failed", detail[:300])
     artifact = str(reply.get("metadata", {}).get("artifact", ""))
     return Built(definition.name, solution.name, hardware, "built", artifact)
 

@@ -29,7 +29,8 @@ from kernelarena.dispatch.parameters import (
     parameter_names,
     signature_of,
 )
-from kernelarena.dispatch.state import current_runtime, disable_apply, enable_apply, register
+from kernelarena.dispatch.sites import register
+from kernelarena.dispatch.state import current_runtime, disable_apply, enable_apply
 
 if TYPE_CHECKING:
     from kernelarena.data import Definition
@@ -143,8 +144,8 @@ class CallSite:
             self.passthrough = False
 
     def _bind(self, runtime: ApplyRuntime) -> None:
-        from kernelarena.dispatch.runtime import definitions_named
         from kernelarena.dispatch.signature import key_functions
+        from kernelarena.runtime.names import UnknownNames, definitions_named
 
         with self.lock:
             if self.runtime is runtime:
@@ -152,9 +153,11 @@ class CallSite:
             import torch  # loaded by now: the hot path allocates with it, once bound
 
             self.empty_like, self.contiguous = torch.empty_like, torch.contiguous_format
-            candidates = definitions_named(runtime.trace_set, self.name)
-            if not candidates:
-                log.warning("%s: no definition, family or op_type of that name", self.label)
+            try:
+                candidates = definitions_named(runtime.trace_set, self.name)
+            except UnknownNames as error:  # documented: the body runs (docs/apply.md)
+                log.warning("%s: %s; the body runs instead", self.label, error.brief)
+                candidates = []
             entries: dict[tuple[Any, ...], Prepared] = {}
             self.candidates, self.entries = candidates, entries
             self.key_of, self.lookup, self.store = _unbound, _unbound, _store_nowhere

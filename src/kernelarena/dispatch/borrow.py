@@ -13,8 +13,8 @@ from typing import Any
 
 from kernelarena.data import Definition, Trace, TraceSet
 from kernelarena.dispatch.admit import admitted_timings
-from kernelarena.dispatch.hardware import HardwareProfile, donors, recorded_profile
 from kernelarena.dispatch.table import Key, Measurement
+from kernelarena.runtime.hardware import HardwareProfile, donors, recorded_profile
 
 
 def measured_profiles(traces: Iterable[Trace]) -> list[HardwareProfile]:

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import torch
@@ -24,10 +24,10 @@ import torch
 from kernelarena.build import BuildError, Runnable, build_solution
 from kernelarena.data import Definition, Language, Solution, TraceSet
 from kernelarena.dispatch.admit import admitted_for_device
-from kernelarena.dispatch.hardware import HardwareProfile, device_profile
+from kernelarena.dispatch.sites import forget_prepared
 from kernelarena.dispatch.store import load_or_build
 from kernelarena.dispatch.table import ApplyTable, RankBy
-from kernelarena.evaluate.environment import hardware_name
+from kernelarena.runtime.hardware import HardwareProfile, device_profile
 
 if TYPE_CHECKING:
     from kernelarena.dispatch.tracing import WorkloadRecorder
@@ -35,16 +35,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("kernelarena.dispatch")
 
 
-def definitions_named(trace_set: TraceSet, name: str | Sequence[str]) -> list[Definition]:
-    """A definition by name, or every definition of a family (tag ``family:<name>``) or op_type;
-    a list names definitions exactly."""
-    if not isinstance(name, str):
-        return [trace_set.definitions[n] for n in name if n in trace_set.definitions]
-    if name in trace_set.definitions:
-        return [trace_set.definitions[name]]
-    return [
-        d for d in trace_set.definitions.values() if f"family:{name}" in d.tags or d.op_type == name
-    ]
+@lru_cache(maxsize=1)
+def _shipped_hashes() -> dict[str, tuple[str, str]]:
+    from kernelarena.library import load_library
+
+    library = load_library()
+    return {
+        name: (library.definitions[s.definition].content_hash(), s.content_hash())
+        for name, s in library.solutions.items()
+        if s.definition in library.definitions
+    }
+
+
+def shipped(definition: Definition, solution: Solution) -> bool:
+    """Whether ``solution`` for ``definition`` is one kernelarena ships, to the byte (content
+    hashes of both equal to the library's): a copy edited by anyone is not."""
+    known = _shipped_hashes().get(solution.name)
+    return known is not None and known == (definition.content_hash(), solution.content_hash())
 
 
 RankingMode = Literal["auto", "eager", "gpu"]
@@ -72,7 +79,7 @@ def ranking_mode(value: str | None) -> RankingMode:
 
 def describe_device(device: torch.device) -> HardwareProfile:
     """The device's model name, and for a GPU what apply compares models by."""
-    return device_profile(device, hardware_name(device))
+    return device_profile(device)
 
 
 class ApplyRuntime:
@@ -145,20 +152,16 @@ class ApplyRuntime:
 
     def needs_check(self, definition: Definition, solution: Solution) -> bool:
         """Whether ``solution``'s first call at each key is compared with the reference: with
-        verify on, for every solution kernelarena does not ship (``runtime.verify.shipped``)."""
+        verify on, for every solution kernelarena does not ship (``shipped``)."""
         if not self.verify:
             return False
         if solution.name not in self._shipped:
-            from kernelarena.runtime.verify import shipped
-
             self._shipped[solution.name] = shipped(definition, solution)
         return not self._shipped[solution.name]
 
     def drop(self, name: str, why: str) -> None:
         """Never run ``name`` again in this process; every call site forgets what it prepared,
         so no key keeps it."""
-        from kernelarena.dispatch.state import forget_prepared
-
         with self.lock:
             if name in self.dropped:
                 return

@@ -10,40 +10,20 @@ of a decorated function.
 from __future__ import annotations
 
 import os
-import threading
-import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
+
+from kernelarena.dispatch.sites import lock as _lock
+from kernelarena.dispatch.sites import register as register  # re-exported
+from kernelarena.dispatch.sites import reset_all as _reset_sites
 
 if TYPE_CHECKING:
     from kernelarena.data import TraceSet
     from kernelarena.dispatch.runtime import ApplyRuntime
 
 
-class Resettable(Protocol):
-    def reset(self) -> None: ...
-
-
-_lock = threading.RLock()
 _runtime: ApplyRuntime | None = None
 _environment_read = False
-_sites: weakref.WeakSet[Resettable] = weakref.WeakSet()
-
-
-def register(site: Resettable) -> None:
-    _sites.add(site)
-
-
-def _reset_sites() -> None:
-    for site in list(_sites):
-        site.reset()
-
-
-def forget_prepared() -> None:
-    """Every call site forgets the callables it prepared (a solution was dropped): the next
-    call of each key resolves it again."""
-    with _lock:
-        _reset_sites()
 
 
 def current_runtime() -> ApplyRuntime | None:

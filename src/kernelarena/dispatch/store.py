@@ -24,11 +24,11 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import ValidationError
 
-from kernelarena.build.cache import cache_root
+from kernelarena.build import cache_root
 from kernelarena.data import Definition, Trace, TraceSet
 from kernelarena.dispatch.borrow import sourced_timings
-from kernelarena.dispatch.hardware import HardwareProfile, profile_from_name
 from kernelarena.dispatch.table import FORMAT, NEAR_BUCKETS, ApplyTable, RankBy, build_table
+from kernelarena.runtime.hardware import HardwareProfile, profile_from_name
 
 log = logging.getLogger("kernelarena.dispatch")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from kernelarena.data import Definition, DType
-from kernelarena.evaluate.inputs import Value
+from kernelarena.runtime.inputs import Value
 
 # The ratio a solution's error may reach over the reference's where a definition sets none. The
 # library's solutions on the CPU (smoke workloads) reach at most 8.1 (the Triton fp32

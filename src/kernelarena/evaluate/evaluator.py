@@ -33,13 +33,6 @@ from kernelarena.data import (
 )
 from kernelarena.evaluate.arena import Arena
 from kernelarena.evaluate.crosscheck import TimingRejected
-from kernelarena.evaluate.inputs import (
-    STANDARD,
-    Distribution,
-    InputsError,
-    load_reference,
-    seed_for,
-)
 from kernelarena.evaluate.options import Options, make_trace
 from kernelarena.evaluate.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet
@@ -47,6 +40,13 @@ from kernelarena.evaluate.solution_caches import namespace_of
 from kernelarena.evaluate.timing import device_healthy
 from kernelarena.evaluate.verdicts import CheckFailed, SolutionFailed, merge, with_details
 from kernelarena.evaluate.warm_up import JudgeWarmUp
+from kernelarena.runtime.inputs import (
+    STANDARD,
+    Distribution,
+    InputsError,
+    load_reference,
+    seed_for,
+)
 
 _REUSED = (
     "the solution reuses results across calls: the same inputs at other addresses pass, so it "

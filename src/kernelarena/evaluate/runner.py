@@ -28,6 +28,7 @@ from kernelarena.data import (
 )
 from kernelarena.evaluate.jobs import Job, JobResult
 from kernelarena.evaluate.options import Options
+from kernelarena.runtime.names import UnknownNames, definitions_named
 
 SUITES = ("smoke", "correctness", "performance", "all")
 
@@ -56,23 +57,12 @@ class RunSummary:
 
 
 def select_definitions(trace_set: TraceSet, names: Sequence[str] | None) -> list[Definition]:
-    """Names match a definition, a family (``rmsnorm`` -> rmsnorm_bf16, ...) or an op_type."""
-    if not names:
-        return list(trace_set.definitions.values())
-    chosen: dict[str, Definition] = {}
-    for name in names:
-        matches = [
-            d
-            for d in trace_set.definitions.values()
-            if name in (d.name, d.op_type) or f"family:{name}" in d.tags
-        ]
-        if not matches:
-            known = sorted({d.name for d in trace_set.definitions.values()})
-            raise PlanError(
-                f"'{name}' matches no definition, family or op_type; known definitions: {', '.join(known)}"
-            )
-        chosen.update((d.name, d) for d in matches)
-    return list(chosen.values())
+    """Names match a definition, a family (``rmsnorm`` -> rmsnorm_bf16, ...) or an op_type
+    (``runtime.names``); one that matches nothing is a PlanError naming it."""
+    try:
+        return definitions_named(trace_set, names)
+    except UnknownNames as error:
+        raise PlanError(str(error)) from error
 
 
 def select_workloads(workloads: Iterable[Workload], suite: str, on_gpu: bool) -> list[Workload]:

@@ -16,9 +16,12 @@ import torch
 
 from kernelarena.data import Definition, Workload
 from kernelarena.evaluate.arena import Arena
-from kernelarena.evaluate.compare import Comparison, compare, first_changed_input
 from kernelarena.evaluate.error_ratio import ErrorRatio, precise_inputs, ratios
-from kernelarena.evaluate.inputs import (
+from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.sandboxes import Sandbox
+from kernelarena.evaluate.verdicts import check_returned, expect_success
+from kernelarena.runtime.compare import Comparison, compare, first_changed_input
+from kernelarena.runtime.inputs import (
     STANDARD,
     Distribution,
     Value,
@@ -26,9 +29,6 @@ from kernelarena.evaluate.inputs import (
     generate_inputs,
     poison,
 )
-from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.sandboxes import Sandbox
-from kernelarena.evaluate.verdicts import check_returned, expect_success
 
 _set_ids = itertools.count()
 # Elements of each input that a partial refill changes (``SetMaker.refill_some``): few, so that a

@@ -13,28 +13,13 @@ trusted ``build.cache.cache_root()``, which no sandbox can write.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from kernelarena.build.cache import LIBRARY_NAMESPACE as LIBRARY_NAMESPACE  # re-exported
+from kernelarena.build.cache import namespace_of as namespace_of  # re-exported
 from kernelarena.build.cache import sandbox_cache, sandbox_caches_root
-from kernelarena.data import Solution
-
-LIBRARY_NAMESPACE = "library"
-
-
-@functools.cache
-def library_solution_hashes() -> frozenset[str]:
-    from kernelarena.library import load_library
-
-    return frozenset(s.content_hash() for s in load_library().solutions.values())
-
-
-def namespace_of(solution: Solution) -> str:
-    """``library`` for a solution whose content is one of the library's, else its content hash."""
-    digest = solution.content_hash()
-    return LIBRARY_NAMESPACE if digest in library_solution_hashes() else digest
 
 
 def cache_environment(folder: Path) -> dict[str, str]:

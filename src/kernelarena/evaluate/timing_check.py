@@ -30,7 +30,6 @@ from kernelarena.evaluate.crosscheck import (
     reported_timing,
 )
 from kernelarena.evaluate.graph_timing import graph_calls, sets_filling_l2, time_cuda_graph
-from kernelarena.evaluate.inputs import seed_for
 from kernelarena.evaluate.judge_clock import (
     agreed_clock,
     eager_second_look,
@@ -46,6 +45,7 @@ from kernelarena.evaluate.verdicts import (
     expect_success,
     with_details,
 )
+from kernelarena.runtime.inputs import seed_for
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.evaluator import Evaluator

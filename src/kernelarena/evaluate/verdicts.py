@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kernelarena.data import Correctness, Status
-from kernelarena.evaluate.compare import Comparison
+from kernelarena.runtime.compare import Comparison
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.shared_sets import Job

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import torch
 
 from kernelarena.data import DType, Tolerance
-from kernelarena.evaluate.compare import compare, first_changed_input
-from kernelarena.evaluate.inputs import make_generator, poison
+from kernelarena.runtime.compare import compare, first_changed_input
+from kernelarena.runtime.inputs import make_generator, poison
 
 
 class JudgeWarmUp:

@@ -47,8 +47,8 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
 
     phases.done("import_torch_s")
     from kernelarena.evaluate import ceilings as ceilings_module
-    from kernelarena.evaluate.environment import describe
     from kernelarena.evaluate.evaluator import Evaluator
+    from kernelarena.runtime.hardware import describe
 
     phases.done("import_kernelarena_s")
     device = torch.device(device_name)

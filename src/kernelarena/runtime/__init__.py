@@ -1,6 +1,7 @@
-"""What evaluation and dispatch both need at run time, below both: a definition's reference and the
-comparison of outputs with it (``verify``), whether a CUDA stream is being captured (``capture``).
+"""What evaluation and dispatch both need at run time, below both: a workload's inputs
+(``inputs``), the comparison of outputs (``compare``), a definition's reference and the check of a
+solution against it (``verify``), the hardware a process runs on (``hardware``), which definitions
+a name chooses (``names``), whether a CUDA stream is being captured (``capture``).
 
-Imports data/ and, for now, the comparison and input helpers of evaluate/ (``compare``,
-``inputs.load_reference``), which move here when evaluate/ is reshaped (issue 38).
+Imports data/ only (docs/architecture.md: the order of the packages).
 """

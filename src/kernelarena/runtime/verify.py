@@ -3,24 +3,24 @@
 A judge sees what a solution does while judged; a solution that detects the judge (its process,
 its modules, its environment) passes there and is wrong elsewhere. The deployer can check what it
 deploys: apply compares a solution's first call at each shape with the reference on the same
-inputs (``dispatch/first_use.py``). Solutions shipped with kernelarena are trusted: their code is
-the library's own, checked by its tests and on every GPU it ships traces for.
+inputs (``dispatch/first_use.py``). Solutions shipped with kernelarena are trusted (which ones
+is dispatch's question, ``dispatch.runtime.shipped``, as runtime/ sits below the library): their
+code is the library's own, checked by its tests and on every GPU it ships traces for.
 
-The comparison is the judge's (``kernelarena.evaluate.compare``: per-output tolerances, NaN and
+The comparison is the judge's (``kernelarena.runtime.compare``: per-output tolerances, NaN and
 infinity by position); the reference is the definition's own ``run``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from typing import Any
 
 import torch
 
-from kernelarena.data import Definition, Solution
-from kernelarena.evaluate.compare import compare, first_changed_input
-from kernelarena.evaluate.inputs import load_reference
+from kernelarena.data import Definition
+from kernelarena.runtime.compare import compare, first_changed_input
+from kernelarena.runtime.inputs import load_reference
 
 _REFERENCES: dict[int, tuple[Definition, Callable[..., Any]]] = {}
 
@@ -127,22 +127,3 @@ def same_layout(tensor: torch.Tensor, copy: bool = True) -> torch.Tensor:
         return made.copy_(tensor)
     except RuntimeError:
         return tensor.clone()
-
-
-@lru_cache(maxsize=1)
-def _shipped_hashes() -> dict[str, tuple[str, str]]:
-    from kernelarena.library import load_library
-
-    library = load_library()
-    return {
-        name: (library.definitions[s.definition].content_hash(), s.content_hash())
-        for name, s in library.solutions.items()
-        if s.definition in library.definitions
-    }
-
-
-def shipped(definition: Definition, solution: Solution) -> bool:
-    """Whether ``solution`` for ``definition`` is one kernelarena ships, to the byte (content
-    hashes of both equal to the library's): a copy edited by anyone is not."""
-    known = _shipped_hashes().get(solution.name)
-    return known is not None and known == (definition.content_hash(), solution.content_hash())

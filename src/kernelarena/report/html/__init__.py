@@ -15,8 +15,8 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
+import kernelarena.report.html.figures as figures
 from kernelarena.data import Definition, TraceSet
-from kernelarena.report.html import figures
 from kernelarena.report.html.markup import json_script, tag, text
 from kernelarena.report.html.model_run import ModelRun, model_page, model_page_id
 from kernelarena.report.html.pages import (

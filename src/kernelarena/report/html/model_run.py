@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from kernelarena.report.html import figures
+import kernelarena.report.html.figures as figures
 from kernelarena.report.html.markup import link, number_cell, page_id, table, tag, text
 from kernelarena.report.html.pages import Figures, definition_page_id
 

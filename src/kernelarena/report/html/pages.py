@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kernelarena.report.html import figures
+import kernelarena.report.html.figures as figures
 from kernelarena.report.html.markup import (
     link,
     number_cell,

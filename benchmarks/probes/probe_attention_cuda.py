@@ -10,7 +10,7 @@ causal, GQA) against torch SDPA's cuDNN and flash backends and the Triton soluti
 Each phase runs in its own process with a time limit, so a hang or a crash in one still leaves
 the others' results. Prints a table last; with $OUT set, writes $OUT/probe_attention_cuda.json.
 
-    export CUDA_HOME=/usr/local/cuda; python3 scripts/probe_attention_cuda.py
+    export CUDA_HOME=/usr/local/cuda; python benchmarks/probes/probe_attention_cuda.py
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks.harness
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks.harness
 
 PHASE_LIMITS = {"check": 140, "time": 130}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
@@ -128,7 +128,7 @@ def workload(definition, shape, causal, params, uuid):
 def check_one(label, suffix, shape, causal, params, variant="cuda", seed_salt="probe"):
     import torch
 
-    from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
+    from kernelarena.runtime.inputs import generate_inputs, load_reference, seed_for
 
     definition, runnable = built(suffix, variant)
     w = workload(definition, shape, causal, params, f"probe-{label}-{suffix}")
@@ -144,8 +144,8 @@ def check_one(label, suffix, shape, causal, params, variant="cuda", seed_salt="p
 def run_and_compare(label, definition, runnable, reference, inputs, axes, shape, causal):
     import torch
 
-    from kernelarena.evaluate.compare import compare, inputs_unchanged
-    from kernelarena.evaluate.inputs import allocate_outputs
+    from kernelarena.runtime.compare import compare, inputs_unchanged
+    from kernelarena.runtime.inputs import allocate_outputs
 
     device = torch.device("cuda")
     arguments = [inputs[name] for name in definition.inputs]
@@ -185,7 +185,7 @@ def misaligned_case(suffix):
     """q, k, v with row strides of 136 + 1 elements (not multiples of 16 bytes): the portable path."""
     import torch
 
-    from kernelarena.evaluate.inputs import load_reference
+    from kernelarena.runtime.inputs import load_reference
 
     definition, runnable = built(suffix)
     dtype = getattr(torch, DTYPES[suffix])

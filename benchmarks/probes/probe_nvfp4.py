@@ -2,14 +2,14 @@
 shape (checked against the reference, then timed as CUDA graph replays over input sets 3x the L2),
 beside a bare streaming-read kernel over the same bytes (the memory side's ceiling for this
 traffic), so that a variant's gap splits into memory and decode. Run under ncu with ``--calls``
-to profile: ``ncu -k regex:gemv_ python scripts/probe_nvfp4.py --calls 2 --no-time``.
+to profile: ``ncu -k regex:gemv_ python benchmarks/probes/probe_nvfp4.py --calls 2 --no-time``.
 
 Experiments in the same run: ``--patterns`` times the whole-row kernel's loads alone (no decode);
 ``--patch NAME`` rebuilds the solution with one of PATCHES (a text replacement: a step left out, a
 ring depth changed) and times each variant of it beside the unpatched one; ``--baseline DIR`` does
 the same for another copy of the sources (e.g. an earlier commit's, from ``git show``).
 
-    python scripts/probe_nvfp4.py [--shape M,K,L ...] [--variants 0,2,7] [--calls N] [--no-time]
+    python benchmarks/probes/probe_nvfp4.py [--shape M,K,L ...] [--variants 0,2,7] [--calls N] [--no-time]
         [--patterns [--orders 0,1,2,3] [--slices S] [--modes 0,1]] [--patch NAME ...] [--baseline DIR]
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.bench_nvfp4_gemv import INPUTS, bytes_moved, mismatch
 
@@ -355,9 +355,7 @@ def main() -> int:
     shapes = [tuple(int(x) for x in s.split(",")) for s in (args.shape or ["7168,16384,1"])]
     device = torch.device("cuda")
     module = build("nvfp4_gemv", "cuda", "cuda").metadata["module"]
-    solution_dir = (
-        Path(__file__).resolve().parent.parent / "src/kernelarena/library/nvfp4_gemv/cuda"
-    )
+    solution_dir = Path(__file__).resolve().parents[2] / "src/kernelarena/library/nvfp4_gemv/cuda"
     builds = {name: solution_dir for name in args.patch}
     if args.baseline is not None:
         builds["baseline"] = args.baseline.resolve()  # PATCHES has no entry of that name

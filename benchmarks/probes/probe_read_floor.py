@@ -3,19 +3,19 @@ Triton decode kernel, on a GPU.
 
 The decode bar (issue 20) is a share of the copy bandwidth, measured on a 512 MB copy; a call at
 batch 1 with an 8k cache reads 34 MB, where the launch and the ramp of the memory system weigh.
-This probe times, for the same bytes and under the same conditions (``scripts/probe_decode.py``'s
+This probe times, for the same bytes and under the same conditions (``benchmarks/probes/probe_decode.py``'s
 ``Probe``: CUDA graph replays over input sets rotated past the L2):
 
 - ``plan``: the committed decode kernel (checked against the float32 reference), first and last;
 - ``floor``: probe_decode's bare Triton read (two programs an SM);
 - ``vector CxTuU``: CUDA, C CTAs an SM of T threads, each thread U 16-byte loads in flight per
-  buffer (``scripts/read_floor/read_floor.cu``);
+  buffer (``benchmarks/probes/read_floor/read_floor.cu``);
 - ``bulk CxSxKk``: CUDA, C CTAs an SM, each streaming one contiguous chunk with cp.async.bulk
   into a ring of S stages of K KB.
 
 The CUDA file is built with apache-tvm-ffi for sm_90a (a few seconds). Output: one line a variant.
 
-    python scripts/probe_read_floor.py
+    python benchmarks/probes/probe_read_floor.py
 """
 
 from __future__ import annotations

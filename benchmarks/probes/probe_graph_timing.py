@@ -13,7 +13,7 @@ times a variant that fails, for experiments that skip work). ``--bench-sets`` al
 library's performance workloads with bench_attention's own input sets and timer. Prints a table
 and writes ``$OUT/probe_graph_timing.json``.
 
-    python scripts/probe_graph_timing.py [--baseline FILE ...] [--shapes 1x8192,4x8192] [--quick]
+    python benchmarks/probes/probe_graph_timing.py [--baseline FILE ...] [--shapes 1x8192,4x8192] [--quick]
         [--bench-sets] [--unchecked]
 """
 
@@ -69,8 +69,8 @@ def bench_sets(shapes: str, run: Any, device: torch.device) -> list[dict]:
     from benchmarks.bench_attention import decode_sets, prepared
 
     from kernelarena.evaluate.graph_timing import time_cuda_graph
-    from kernelarena.evaluate.inputs import allocate_outputs
     from kernelarena.library import load_library
+    from kernelarena.runtime.inputs import allocate_outputs
 
     name, records = "attention_decode_bf16", []
     for text in shapes.split(","):

@@ -1,6 +1,6 @@
 """Graph-replay timing of a 128x4096 rmsnorm (bf16) outside the engine, to compare with its traces:
 
-    python scripts/probe_small_shape_timing.py       # on a GPU machine
+    python benchmarks/probes/probe_small_shape_timing.py       # on a GPU machine
 
 Per solution of ``rmsnorm_bf16``, three passes each of: replays over input sets from the caching
 allocator (as ``benchmarks/bench_norms.py`` makes them), over sets copied into the engine's arena

@@ -2,10 +2,11 @@
 
 Building a Python or Triton solution imports it, and a CUDA source can ``#include`` any file it
 can read: both are the solution's code at work. ``kernelarena build`` therefore builds every
-solution whose content is not one of the library's in a sandbox (``evaluate.sandboxes``: its
+solution whose content is not one of the library's in a sandbox (``sandboxes``: its
 namespaces, file-system view, seccomp and Landlock) that may write only the trusted build cache,
 where apply will load the artifact, and its own temporary folder. It is not warmed: warming
-calls the solution, which ahead of time only the library's own code does.
+calls the solution, which ahead of time only the library's own code does. ``dispatch.aot`` takes
+this builder from its caller (the command line), since dispatch sits below evaluate.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kernelarena.build.cache import cache_root
+from kernelarena.build import cache_root
 from kernelarena.data import Definition, Solution
 
 STARTUP_TIMEOUT_S = 600.0

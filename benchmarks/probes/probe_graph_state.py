@@ -1,7 +1,7 @@
 """Which history of a process makes its CUDA graphs replay with longer gaps between kernels?
 
-    python scripts/probe_graph_state.py             # every scenario, one fresh process each
-    python scripts/probe_graph_state.py SCENARIO    # one, in this process
+    python benchmarks/probes/probe_graph_state.py             # every scenario, one fresh process each
+    python benchmarks/probes/probe_graph_state.py SCENARIO    # one, in this process
 
 A 60-call graph of the Triton rmsnorm_bf16 solution at 128x4096 (sets and graph as
 ``probe_small_shape_timing.py`` makes them, timed as ``evaluate.graph_timing.time_replays`` does),

@@ -28,7 +28,7 @@ runs each group's phases as soon as its module is there, one phase at a time, al
 
 Prints a table last; with $OUT set, writes $OUT/probe_flashinfer.json after every step.
 
-    export CUDA_HOME=/usr/local/cuda; python3 scripts/probe_flashinfer.py --budget 270
+    export CUDA_HOME=/usr/local/cuda; python benchmarks/probes/probe_flashinfer.py --budget 270
 
 On the lent GPU machine (no internet; 300 s a call), with the wheels and the prebuilt bf16 modules
 of ``scripts/flashinfer_wheels.sh --prebuild`` carried (.whl, .whl-flashinfer, .fi-aot):
@@ -36,7 +36,7 @@ of ``scripts/flashinfer_wheels.sh --prebuild`` carried (.whl, .whl-flashinfer, .
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site .whl/*.whl .whl-flashinfer/*.whl && export PYTHONPATH=$PWD/src:/tmp/site \
       PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda || exit 1; mkdir -p /tmp/site/flashinfer/data/aot \
-      && cp -r .fi-aot/* /tmp/site/flashinfer/data/aot/; python3 scripts/probe_flashinfer.py \
+      && cp -r .fi-aot/* /tmp/site/flashinfer/data/aot/; python benchmarks/probes/probe_flashinfer.py \
       --budget 266 --groups decode128,single128,batch128,decode64,single64,batch64,single128fp16
 """
 
@@ -53,9 +53,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks.harness
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks.harness
 
-LIBRARY = Path(__file__).resolve().parents[1] / "src" / "kernelarena" / "library"
+LIBRARY = Path(__file__).resolve().parents[2] / "src" / "kernelarena" / "library"
 PEERS = {
     "attention_prefill": "attention_prefill/torch/flashinfer_prefill.py",
     "attention_prefill_varlen": "attention_prefill_varlen/torch/flashinfer_varlen.py",
@@ -182,14 +182,14 @@ def phase_check(dtypes, target):
     """``target``: "operator:head_dim[:dtype]" (only workloads whose kernels are compiled)."""
     import torch
 
-    from kernelarena.evaluate.compare import compare, inputs_unchanged
-    from kernelarena.evaluate.inputs import (
+    from kernelarena.library import load_library
+    from kernelarena.runtime.compare import compare, inputs_unchanged
+    from kernelarena.runtime.inputs import (
         allocate_outputs,
         generate_inputs,
         load_reference,
         seed_for,
     )
-    from kernelarena.library import load_library
 
     library = load_library()
     device = torch.device("cuda")
@@ -339,8 +339,8 @@ def prefill_case(shape, causal, ours, cudnn, flash, triton_run, triton_error):
 def time_varlen(records):
     import torch
 
-    from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
     from kernelarena.library import load_library
+    from kernelarena.runtime.inputs import generate_inputs, load_reference, seed_for
 
     ours = load_file(PEERS["attention_prefill_varlen"], "probe_fi_varlen")
     flash = load_file("attention_prefill_varlen/torch/flash_varlen.py", "probe_flash_varlen")

@@ -1,7 +1,7 @@
 """Where apply's eager cost goes on a GPU host: nanoseconds per call of each piece of the hot path of
 ``kernelarena.ops.<op>`` at 128 rows (bf16), against the same solution called directly.
 
-    python scripts/probe_apply_cost.py      # on a GPU machine, with the shipped traces
+    python benchmarks/probes/probe_apply_cost.py      # on a GPU machine, with the shipped traces
 
 Rows: the operator (``kernelarena.ops``), the prepared call its key lookup returns, the eager
 winner's prepared call made directly (``solution_call``, as ``bench_apply_choice.py`` calls it), and

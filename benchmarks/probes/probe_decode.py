@@ -24,7 +24,7 @@ Bytes: the K and V rows actually read plus q, o and lse. A ``--budget`` in secon
 early (the table is printed regardless). Every measurement goes to ``$OUT/probe_decode.json``. On
 an H100 a focus sweep took 48 s and a wide one 53 s after ~20 s of set-up.
 
-    python scripts/probe_decode.py [--baseline FILE] [--sweep quick|focus|wide] [--budget 200]
+    python benchmarks/probes/probe_decode.py [--baseline FILE] [--sweep quick|focus|wide] [--budget 200]
         [--shapes 1x8192,1x32768m,...] [--cpu-check]
 """
 
@@ -49,14 +49,14 @@ if "--cpu-check" in sys.argv:  # before any kernel below or in the solution is d
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernelarena.data import Workload
 from kernelarena.evaluate.ceilings import measure_ceilings
-from kernelarena.evaluate.compare import compare
 from kernelarena.evaluate.graph_timing import capture_graph, time_replays
-from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference
 from kernelarena.evaluate.timing import time_cpu, time_cuda
+from kernelarena.runtime.compare import compare
+from kernelarena.runtime.inputs import allocate_outputs, generate_inputs, load_reference
 from kernelarena.testing import build, library_definition
 
 DEFINITION = "attention_decode_bf16"

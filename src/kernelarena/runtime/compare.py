@@ -1,0 +1,143 @@
+"""Is an output right? Per-output tolerances, NaN and infinity by position, indices of mismatches.
+
+An element passes when ``|out - ref| <= atol + rtol * |ref|``. NaN must sit where the reference has
+NaN; an infinite reference value must be matched exactly (a -inf is a valid value, a finite output
+against it is wrong); an infinite output against a finite reference is wrong. Positional NaN/Inf
+mismatches fail the output whatever ``required_matched_ratio`` allows for finite values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelarena.data import DType, Tolerance
+from kernelarena.runtime.inputs import to_float64
+
+
+@dataclass
+class Comparison:
+    name: str
+    ok: bool
+    max_absolute_error: float = 0.0
+    max_relative_error: float = 0.0
+    mismatched: int = 0
+    total: int = 0
+    first_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"{self.name}: ok (max abs {self.max_absolute_error:.3g}, max rel {self.max_relative_error:.3g})"
+        shown = ", ".join(
+            f"{m['index']}: got {m['got']:.6g} expected {m['expected']:.6g}"
+            for m in self.first_mismatches
+        )
+        return (
+            f"{self.name}: {self.reason}; {self.mismatched} of {self.total} elements mismatch "
+            f"(max abs {self.max_absolute_error:.3g}, max rel {self.max_relative_error:.3g}); first: {shown}"
+        )
+
+
+def compare(
+    name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: DType, tolerance: Tolerance
+) -> Comparison:
+    a = to_float64(actual, dtype)
+    e = (
+        to_float64(expected, dtype)
+        if expected.dtype == actual.dtype
+        else expected.to(torch.float64)
+    )
+    if a.shape != e.shape:
+        return Comparison(
+            name, False, reason=f"shape {tuple(a.shape)} but the reference has {tuple(e.shape)}"
+        )
+    total = a.numel()
+    if total == 0:
+        return Comparison(name, True)
+    nan_a, nan_e = torch.isnan(a), torch.isnan(e)
+    inf_a, inf_e = torch.isinf(a), torch.isinf(e)
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    e_abs = e.abs()
+    difference = torch.where(finite, (a - e).abs(), 0.0)
+    within = difference <= tolerance.atol + tolerance.rtol * e_abs
+    spurious_inf = inf_a & ~inf_e
+    positional = (nan_a != nan_e) | (inf_e & (a != e)) | spurious_inf
+    good = (within & finite) | (nan_a & nan_e) | (inf_e & (a == e))
+    meaningful = finite & (e_abs > max(tolerance.atol, 1e-30))
+    relative = torch.where(meaningful, difference / e_abs.clamp_min(1e-30), 0.0)
+    # Every scalar in one tensor, brought to the host once: each float() or bool() of a GPU tensor
+    # waits for the GPU, and there were five or six such waits per output.
+    scalars = [
+        difference.max(),
+        relative.max(),
+        positional.any(),
+        (spurious_inf | (nan_a & ~nan_e)).any(),  # an infinity or NaN the reference lacks
+        good.sum(),
+    ]
+    max_abs, max_rel, any_positional, any_spurious, good_count = torch.stack(
+        [value.to(torch.float64) for value in scalars]
+    ).tolist()
+    if any_positional:
+        max_abs = float("inf") if any_spurious else max_abs
+    count = total - int(good_count)
+    matched_ratio = 1 - count / total
+    ok = not any_positional and matched_ratio >= tolerance.required_matched_ratio
+    result = Comparison(name, ok, max_abs, max_rel, count, total)
+    if not ok:
+        if any_positional:
+            result.reason = "NaN or infinity where the reference has none (or the reverse)"
+            where = positional
+        else:
+            needed = tolerance.required_matched_ratio
+            result.reason = f"matched {matched_ratio:.4%} of elements, needs {needed:.4%} within atol={tolerance.atol:g} rtol={tolerance.rtol:g}"
+            where = ~good
+        for index in where.nonzero()[:5].tolist():
+            result.first_mismatches.append(
+                {
+                    "index": tuple(index),
+                    "got": float(a[tuple(index)]),
+                    "expected": float(e[tuple(index)]),
+                }
+            )
+    return result
+
+
+def inputs_unchanged(name: str, before: torch.Tensor, after: torch.Tensor) -> str | None:
+    """None when ``after`` holds the same bits as ``before``; else a sentence saying where."""
+    return first_changed_input({name: (before, after)})
+
+
+def first_changed_input(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> str | None:
+    """``inputs_unchanged`` over several inputs, in order: the sentence for the first that changed,
+    or None. One wait for the GPU for them all, not one per input."""
+    same: dict[str, torch.Tensor] = {}
+    for name, (before, after) in pairs.items():
+        if before.shape == after.shape:
+            same[name] = (
+                before.view(torch.uint8) == after.view(torch.uint8)
+                if before.dtype.itemsize == 1
+                else _bits_equal(before, after)
+            )
+    flags = torch.stack([s.all() for s in same.values()]).tolist() if same else []
+    unchanged = dict(zip(same, flags, strict=True))
+    for name, (before, after) in pairs.items():
+        if name not in same:
+            return (
+                f"input '{name}' changed shape from {tuple(before.shape)} to {tuple(after.shape)}"
+            )
+        if not unchanged[name]:
+            changed = (~same[name]).nonzero()[:3].tolist()
+            return (
+                f"input '{name}' was modified by the solution (first changed elements at {changed})"
+            )
+    return None
+
+
+def _bits_equal(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    integer = {2: torch.int16, 4: torch.int32, 8: torch.int64}[before.dtype.itemsize]
+    if before.is_contiguous() and after.is_contiguous():
+        return before.view(integer) == after.view(integer)
+    return before.contiguous().view(integer) == after.contiguous().view(integer)
