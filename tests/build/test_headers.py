@@ -94,7 +94,7 @@ def test_missing_cutlass_names_the_extra(monkeypatch):
 
 def test_override_without_cute_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv(CUTLASS_OVERRIDE, str(tmp_path))
-    with pytest.raises(DependencyMissing, match="no include/cute/tensor.hpp"):
+    with pytest.raises(DependencyMissing, match=r"no include/cute/tensor\.hpp"):
         header_dependencies(["cutlass"])
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from kernelarena.build.base import BuildError, DependencyMissing, Runnable
 from kernelarena.build.cache import cache_key, cached_build, write_sources
-from kernelarena.build.headers import HEADER_LIBRARIES, header_dependencies
 from kernelarena.build.cuda import (
     arch_list_entry,
     choose_arch,
@@ -32,6 +31,7 @@ from kernelarena.build.cuda import (
     toolchain_version,
     trim_log,
 )
+from kernelarena.build.headers import HEADER_LIBRARIES, header_dependencies
 from kernelarena.data import Definition, Language, Solution
 
 CXX_FLAGS = ("-O3",)
