@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine: one stage of GPU work, logs and results under $OUT.
-# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | scaling | nvfp4 | wave | verdict)
+# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | scaling | nvfp4 | wave | verdict
+#                                      | lang-stage | lang)
 set -uo pipefail
 stage=${1:?stage}
 OUT=${OUT:-/tmp/out}
@@ -11,7 +12,16 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 if [ -d .fi-aot ] && [ -d /tmp/site/flashinfer ]; then
   mkdir -p /tmp/site/flashinfer/data/aot && cp -r .fi-aot/* /tmp/site/flashinfer/data/aot/
 fi
-export PYTHONPATH=$PWD/src:$PWD:/tmp/site PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+# Issue 42's wheels (scripts/lang_wheels.sh), carried over two calls: into /tmp/site-lang, ahead of
+# /tmp/site, so its apache-tvm-ffi 0.1.12 (what tilelang 0.1.15 allows) is the one imported.
+if [[ $stage == lang* ]]; then
+  for folder in .whl-lang-a .whl-lang-b; do
+    ls $folder/*.whl >/dev/null 2>&1 || continue
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-lang \
+      $folder/*.whl || exit 1
+  done
+fi
+export PYTHONPATH=$PWD/src:$PWD:/tmp/site-lang:/tmp/site PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export KERNELARENA_CACHE=/tmp/ka-cache KERNELARENA_DATASET=/tmp/ka-dataset
 log() { echo "== $(date +%T) $*"; }
 {
@@ -168,6 +178,30 @@ case "$stage" in
         --after /tmp/ds-new-1 /tmp/ds-new-2 --label verdict_parity 2>&1 | tee "$OUT/parity.txt"
       cp benchmarks/results/verdict_parity_*.json "$OUT/" 2>/dev/null
       tar czf "$OUT/parity_traces.tgz" -C /tmp ds-old-1/traces ds-old-2/traces ds-new-1/traces ds-new-2/traces
+    fi
+    ;;
+  lang-stage)  # the first call: .whl-lang-a (tilelang) installed above, nothing else
+    ls /tmp/site-lang | head -20
+    ;;
+  lang)  # issue 42: TileLang fused_add_rmsnorm, CuTe nvfp4_gemv. LANG_PARTS: tests (GPU tests of the
+         # new solutions) and run (a performance run beside the library's solutions, then GB/s)
+    parts=${LANG_PARTS:-tests run}
+    names=${LANG_DEFINITIONS:-fused_add_rmsnorm_bf16 fused_add_rmsnorm_fp16 fused_add_rmsnorm_fp32 nvfp4_gemv}
+    log "versions"
+    python3 -c "import tvm_ffi, tilelang, importlib.metadata as m; print('tvm-ffi', tvm_ffi.__version__, 'tilelang', tilelang.__version__, 'nvidia-cutlass', m.version('nvidia-cutlass'))" 2>&1 | tee "$OUT/lang-versions.txt"
+    if [[ $parts == *tests* ]]; then
+      log "gpu tests"
+      timeout ${LANG_TEST_TIMEOUT:-280} python3 -m pytest -q -m gpu -p no:cacheprovider -rf --timeout 250 \
+        tests/library/test_fused_add_rmsnorm_tilelang.py tests/library/test_nvfp4_gemv_cute.py \
+        > "$OUT/lang-gpu-tests.txt" 2>&1; tail -15 "$OUT/lang-gpu-tests.txt"
+    fi
+    if [[ $parts == *run* ]]; then
+      log "performance run: $names"
+      timeout ${LANG_RUN_TIMEOUT:-420} python3 -m kernelarena.cli run $names --suite performance --device cuda:0 \
+        --allow-failures --trials 2 > "$OUT/lang-run.txt" 2>&1; tail -40 "$OUT/lang-run.txt"
+      log "GB/s"
+      python3 scripts/lang_gbs.py "$KERNELARENA_DATASET" $names 2>&1 | tee "$OUT/lang-gbs.txt"
+      tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" .
     fi
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;

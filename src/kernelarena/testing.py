@@ -58,3 +58,35 @@ def assert_close(
             f"max abs error {worst:.3g}; first at {indices}: got {[a[tuple(i)].item() for i in indices]}, "
             f"expected {[e[tuple(i)].item() for i in indices]}"
         )
+
+
+def check_every_workload(definition_name: str, suffix: str, device: str = "cuda") -> int:
+    """Build the library solution ``<definition>_<suffix>`` and compare it with the reference on
+    every workload of the definition (the engine's inputs, outputs filled with NaN first, the
+    definition's tolerances); returns how many workloads were checked."""
+    from kernelarena.runtime.compare import compare
+    from kernelarena.runtime.inputs import allocate_outputs, generate_inputs, load_reference
+
+    definition = library_definition(definition_name)
+    runnable = build(definition_name, suffix, device)
+    namespace = load_reference(definition)
+    workloads = load_library().workloads.get(definition_name, [])
+    target = torch.device(device)
+    for workload in workloads:
+        axes = definition.resolve_axes(workload.axes)
+        inputs = generate_inputs(
+            definition, workload, axes, target, 7, namespace.get("make_inputs")
+        )
+        arguments = [inputs[n] for n in definition.inputs]
+        outputs = allocate_outputs(definition, axes, target)
+        for tensor in outputs.values():
+            if tensor.is_floating_point():
+                tensor.fill_(float("nan"))
+        runnable(*arguments, *outputs.values())
+        expected = namespace["run"](*arguments)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for (output, produced), wanted in zip(outputs.items(), expected, strict=True):
+            spec = definition.outputs[output]
+            result = compare(output, produced, wanted, spec.dtype, definition.tolerance_for(output))
+            assert result.ok, f"{definition_name} {workload.axes}: {result.describe()}"
+    return len(workloads)

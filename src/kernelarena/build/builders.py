@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from kernelarena.build.base import Builder, BuildError, Runnable
 from kernelarena.build.cuda import CudaBuilder
+from kernelarena.build.cute_dsl import CuteDslBuilder
 from kernelarena.build.python import PythonBuilder
+from kernelarena.build.tilelang import TileLangBuilder
 from kernelarena.build.torch_extension import TorchExtensionBuilder
 from kernelarena.data import Definition, Language, Solution
 
@@ -22,6 +24,10 @@ def builder_for(solution: Solution) -> Builder:
         return TorchExtensionBuilder() if binding == "torch" else CudaBuilder()
     if language in PythonBuilder.languages:
         return PythonBuilder()
+    if language in TileLangBuilder.languages:
+        return TileLangBuilder()
+    if language in CuteDslBuilder.languages:
+        return CuteDslBuilder()
     raise BuildError(f"spec.language: no builder for '{language.value}' here")
 
 

@@ -5,6 +5,10 @@ The entry point is a function exported with ``TVM_FFI_DLL_EXPORT_TYPED_FUNC`` ta
 then outputs (destination-passing style). Architecture flags come from the solution's targets
 (``sm_90a``) or else the device (9.0 builds as sm_90a, so Hopper-only instructions are available);
 without a GPU, sm_90a, so CI still compiles every CUDA solution.
+
+``spec.dependencies`` names libraries to link (``cublas``, ``cuda_driver``) and header libraries
+(``cutlass``: CUTLASS and CuTe, see ``build/headers.py``), whose include folders and version join the
+compile and the cache key.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from kernelarena.build.base import BuildError, DependencyMissing, Runnable
 from kernelarena.build.cache import cache_key, cached_build, write_sources
+from kernelarena.build.headers import HEADER_LIBRARIES, header_dependencies
 from kernelarena.data import Definition, Language, Solution
 
 CUDA_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", "-DNDEBUG")
@@ -97,9 +102,12 @@ class CudaBuilder:
         arch = choose_arch(solution, device)
         link: list[str] = [f"-L{cuda_home() / 'lib64'}"]
         for dependency in solution.spec.dependencies:
-            if dependency not in _LINK:
-                raise BuildError(f"spec.dependencies: '{dependency}' is not one of {sorted(_LINK)}")
-            link += _LINK[dependency]
+            if dependency not in _LINK and dependency not in HEADER_LIBRARIES:
+                known = sorted([*_LINK, *HEADER_LIBRARIES])
+                raise BuildError(f"spec.dependencies: '{dependency}' is not one of {known}")
+            link += _LINK.get(dependency, ())
+        headers = header_dependencies(solution.spec.dependencies)
+        includes = [path for h in headers for path in h.include_paths]
         sources = [(s.path, s.content) for s in solution.sources]
         key = cache_key(
             kind="tvm_ffi",
@@ -108,6 +116,8 @@ class CudaBuilder:
             link=link,
             arch=arch,
             toolchain=toolchain_version(),
+            tvm_ffi=getattr(tvm_ffi, "__version__", None),
+            headers=[(h.name, h.version) for h in headers] or None,
         )
         name = f"solution_{key}"
 
@@ -130,7 +140,7 @@ class CudaBuilder:
                         extra_cuda_cflags=list(CUDA_FLAGS),
                         extra_cflags=["-O3", "-std=c++17"],
                         extra_ldflags=link,
-                        extra_include_paths=[str(folder)],
+                        extra_include_paths=[str(folder), *includes],
                         build_directory=str(folder),
                     )
                 except Exception as error:

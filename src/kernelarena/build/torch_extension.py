@@ -31,6 +31,7 @@ from kernelarena.build.cuda import (
     toolchain_version,
     trim_log,
 )
+from kernelarena.build.headers import HEADER_LIBRARIES, header_dependencies
 from kernelarena.data import Definition, Language, Solution
 
 CXX_FLAGS = ("-O3",)
@@ -64,6 +65,8 @@ class TorchExtensionBuilder:
             )
         arch = choose_arch(solution, device) if with_cuda else None
         ldflags = _link_flags(solution, with_cuda)
+        headers = header_dependencies(solution.spec.dependencies)
+        includes = [path for h in headers for path in h.include_paths]
         key = cache_key(
             kind="torch_extension",
             sources=sources,
@@ -74,13 +77,14 @@ class TorchExtensionBuilder:
             toolchain=toolchain_version() if with_cuda else None,
             torch=torch.__version__,
             python=sys.version_info[:2],
+            headers=[(h.name, h.version) for h in headers] or None,
         )
         # The module name is baked into the library (PyInit_<name>), so it carries the key too.
         name = f"solution_{key}"
 
         def compile_into(folder: Path) -> None:
             write_sources(folder, sources)
-            _compile(name, folder, compiled, with_cuda, arch, ldflags)
+            _compile(name, folder, compiled, with_cuda, arch, ldflags, includes)
 
         library = cached_build("torch_extension", key, f"{name}.so", compile_into)
         module = _import_extension(name, library)
@@ -104,11 +108,14 @@ class TorchExtensionBuilder:
 def _link_flags(solution: Solution, with_cuda: bool) -> list[str]:
     flags: list[str] = [f"-L{cuda_home() / 'lib64'}"] if with_cuda else []
     for dependency in solution.spec.dependencies:
+        if dependency in HEADER_LIBRARIES:
+            continue  # include folders, not link flags (header_dependencies)
         if dependency not in _LINK:
-            # FlashInfer-Bench accepts and ignores names such as 'cutlass': a header library that
-            # is not here would fail to compile, which is no fault of the solution.
+            # FlashInfer-Bench accepts and ignores names it does not know: a library that is not
+            # here would fail to compile or link, which is no fault of the solution.
+            known = sorted([*_LINK, *HEADER_LIBRARIES])
             raise DependencyMissing(
-                f"spec.dependencies: '{dependency}' is not provided here (known: {sorted(_LINK)})"
+                f"spec.dependencies: '{dependency}' is not provided here (known: {known})"
             )
         flags += _LINK[dependency]
     return flags
@@ -121,6 +128,7 @@ def _compile(
     with_cuda: bool,
     arch: str | None,
     ldflags: list[str],
+    includes: list[str],
 ) -> None:
     from torch.utils import cpp_extension
 
@@ -139,7 +147,7 @@ def _compile(
                 extra_cflags=list(CXX_FLAGS),
                 extra_cuda_cflags=list(CUDA_FLAGS) if with_cuda else None,
                 extra_ldflags=ldflags,
-                extra_include_paths=[str(folder)],
+                extra_include_paths=[str(folder), *includes],
                 build_directory=str(folder),
                 with_cuda=with_cuda,
                 verbose=False,

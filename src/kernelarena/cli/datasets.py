@@ -146,8 +146,21 @@ def export(
     dataset: DatasetOption = None,
     imports: ImportOption = None,
 ) -> None:
-    """Write the built-in library and your dataset as one FlashInfer-Trace dataset folder."""
+    """Write the built-in library and your dataset as one FlashInfer-Trace dataset folder.
+
+    Solutions in languages FlashInfer-Bench does not read (``cute_dsl``) are left out, with their
+    traces, and named in a warning."""
     combined, _ = load(dataset, imports)
+    combined, left_out = combined.for_flashinfer()
+    for solution in left_out:
+        errors.print(
+            f"warning: left out {solution.name}: language '{solution.spec.language.value}' is "
+            "kernelarena's own (FlashInfer-Bench's reader rejects it)",
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     try:
         combined.save(path)
     except FileExistsError as error:

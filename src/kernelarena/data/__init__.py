@@ -10,7 +10,13 @@ from kernelarena.data.definition import (
     Tolerance,
 )
 from kernelarena.data.dtypes import DType
-from kernelarena.data.solution import BuildSpec, Language, Solution, SourceFile
+from kernelarena.data.solution import (
+    FLASHINFER_LANGUAGES,
+    BuildSpec,
+    Language,
+    Solution,
+    SourceFile,
+)
 from kernelarena.data.trace import (
     Correctness,
     Environment,
@@ -23,6 +29,7 @@ from kernelarena.data.trace import (
 from kernelarena.data.workload import RandomInput, SafetensorsInput, ScalarInput, Workload
 
 __all__ = [
+    "FLASHINFER_LANGUAGES",
     "AxisConst",
     "AxisError",
     "AxisVar",

@@ -11,6 +11,7 @@ traces and workloads are appended one line at a time and flushed to disk.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from kernelarena.data.expressions import ExpressionError
 from kernelarena.data.problems import DatasetError as DatasetError  # re-exported
 from kernelarena.data.problems import MissingBlob, missing_blob_problems, problems_from_validation
 from kernelarena.data.problems import Problem as Problem  # re-exported
-from kernelarena.data.solution import Solution
+from kernelarena.data.solution import FLASHINFER_LANGUAGES, Solution
 from kernelarena.data.trace import Trace
 from kernelarena.data.workload import SafetensorsInput, ScalarInput, Workload
 from kernelarena.data.workload_checks import unmet_constraint_problems
@@ -394,6 +395,23 @@ class TraceSet:
             self.traces.setdefault(definition_name, []).extend(traces)
         self.problems += other.problems
         self.unavailable.update(other.unavailable)
+
+    def for_flashinfer(self) -> tuple[TraceSet, list[Solution]]:
+        """This set as FlashInfer-Bench 0.1.2 can read it: solutions in languages of ours alone
+        (``cute_dsl``) and their traces left out; returns the copy and the solutions left out."""
+        left_out = [
+            s for s in self.solutions.values() if s.spec.language not in FLASHINFER_LANGUAGES
+        ]
+        names = {s.name for s in left_out}
+        copy = dataclasses.replace(
+            self,
+            solutions={n: s for n, s in self.solutions.items() if n not in names},
+            traces={
+                d: [t for t in traces if t.solution not in names]
+                for d, traces in self.traces.items()
+            },
+        )
+        return copy, left_out
 
     def save(self, root: str | Path) -> None:
         """Write the whole set as a new dataset folder (never over a file that differs)."""

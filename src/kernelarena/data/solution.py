@@ -21,6 +21,15 @@ class Language(str, Enum):
     CPP = "cpp"
     CUDA = "cuda"
     TILELANG = "tilelang"
+    # Ours, not FlashInfer-Trace's: Python sources in NVIDIA's CuTe DSL (nvidia-cutlass-dsl).
+    # FlashInfer-Bench 0.1.2 rejects a language it does not know, so export leaves these out.
+    CUTE_DSL = "cute_dsl"
+
+
+# The languages FlashInfer-Bench's schema (0.1.2) accepts; the others are kernelarena's own.
+FLASHINFER_LANGUAGES = frozenset(
+    {Language.PYTHON, Language.TRITON, Language.CPP, Language.CUDA, Language.TILELANG}
+)
 
 
 class SourceFile(Schema):

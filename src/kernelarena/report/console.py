@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kernelarena.data import Definition, Trace, TraceSet, Workload
+from kernelarena.data import Definition, Solution, Trace, TraceSet, Workload
 
 
 def workload_label(workload: Workload) -> str:
@@ -144,18 +144,26 @@ def failure_details(traces: Iterable[Trace], console: Console, limit: int = 20) 
         console.print(f"... and {len(failures) - limit} more failures (see the traces' logs)")
 
 
+def language_counts(solutions: Iterable[Solution]) -> str:
+    """'cuda:2 python:3 tilelang:1': the solutions' languages, each with its count."""
+    counts = Counter(s.spec.language.value for s in solutions)
+    return " ".join(f"{language}:{count}" for language, count in sorted(counts.items()))
+
+
 def definitions_table(
     trace_set: TraceSet,
     names: Iterable[str] | None = None,
     title: str | None = None,
     width: int = 160,
 ) -> Table:
-    """One row per definition (``names``, else all): how many solutions, workloads and traces it
-    has, and its axes; op_type and the signature too where the terminal is ``width`` wide enough
-    for them (``kernelarena show NAME`` has everything)."""
+    """One row per definition (``names``, else all): how many solutions it has and in which
+    languages, how many workloads and traces, and its axes; op_type and the signature too where
+    the terminal is ``width`` wide enough for them (``kernelarena show NAME`` has everything)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("name", no_wrap=True)
-    for column in ("solutions", "workloads", "traces"):
+    table.add_column("solutions", justify="right", no_wrap=True)
+    table.add_column("languages", overflow="fold")
+    for column in ("workloads", "traces"):
         table.add_column(column, justify="right", no_wrap=True)
     wide = width >= 120
     if wide:
@@ -171,9 +179,11 @@ def definitions_table(
             else (f"{a}={spec.expression}" if getattr(spec, "expression", None) else a)
             for a, spec in definition.axes.items()
         )
+        solutions = trace_set.solutions_for(name)
         row = [
             name,
-            str(len(trace_set.solutions_for(name))),
+            str(len(solutions)),
+            language_counts(solutions),
             str(len(trace_set.workloads.get(name, []))),
             str(len(trace_set.traces.get(name, []))),
             *([definition.op_type] if wide else []),

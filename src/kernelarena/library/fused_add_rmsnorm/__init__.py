@@ -77,6 +77,10 @@ _TRITON_NOTE = (
     "tuned on the device (in place: tuned out of place into scratch, then run in place)."
 )
 _CUDA_NOTE = "x and residual staged in shared memory by cp.async, 16-byte accesses, one pass."
+_TILELANG_NOTE = (
+    "TileLang: one block a row held in registers, 16-byte chunks a thread, block all-reduce; "
+    "a kernel per (hidden, dtype, row layout), compiled on first use (kernelarena[tilelang])."
+)
 
 OPERATOR = OperatorSpec(
     name="fused_add_rmsnorm",
@@ -107,6 +111,13 @@ OPERATOR = OperatorSpec(
             "cuda/fused_add_rmsnorm.cu::run",
             targets=("sm_90a",),
             description=_CUDA_NOTE,
+        ),
+        SolutionSpec(
+            "tilelang",
+            "tilelang",
+            "tilelang/fused_add_rmsnorm.py::run",
+            targets=("cuda",),
+            description=_TILELANG_NOTE,
         ),
         SolutionSpec(
             "torch_eager",

@@ -192,5 +192,16 @@ OPERATOR = OperatorSpec(
             targets=("sm_90a",),
             description="The CUDA solution reading sfa_permuted/sfb_permuted.",
         ),
+        SolutionSpec(
+            "cute",
+            "cuda",
+            "cute/nvfp4_gemv_cute.cu::run",
+            extra_files=("cute/nvfp4_gemv_cute.cuh",),
+            targets=("sm_90a",),
+            dependencies=("cutlass",),
+            description=f"CuTe (CUTLASS C++ headers). Reads sfa/sfb. {_SOLUTION_NOTES}; the CUDA "
+            "solution's whole-row kernel (4-row groups, 2-step register ring, the vector decoded "
+            "into shared memory) over CuTe tensors, local_tile and a streaming-load copy atom.",
+        ),
     ),
 )
