@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelarena.evaluate.confine import descendants
+from kernelarena.evaluate.forked import ForkedProcess
 from kernelarena.evaluate.isolation import walls
 from kernelarena.evaluate.sandboxes import Sandboxes
 
@@ -29,12 +30,15 @@ def test_each_solution_gets_a_fork_of_its_own_that_dies_whole(tmp_path: Path) ->
     try:
         assert sandboxes.zygote is not None and sandboxes.spares == []
         first = sandboxes.for_solution("first")
+        assert isinstance(first.process, ForkedProcess), "forked, not started as a program"
         assert "no capabilities" in first.confinement and "seccomp" in first.confinement
         inside = [pid for pid in descendants(first.pid) if _namespace_pids(pid)[-1] == 1]
         assert len(inside) == 1, "the sandbox is the first process of a PID namespace of its own"
+        # Its namespace is below the zygote's, which is below the judge's.
+        assert len(_namespace_pids(inside[0])) == len(_namespace_pids(first.pid)) + 1
         assert sandboxes.for_solution("first") is first
         second = sandboxes.for_solution("second")
-        assert second is not first
+        assert second is not first and isinstance(second.process, ForkedProcess)
         assert first.process.wait(timeout=10) is not None
         assert not any(Path(f"/proc/{pid}").exists() for pid in inside)
         assert second.alive() and second.pid != first.pid

@@ -36,7 +36,11 @@ from kernelarena.evaluate.descriptors import receive_fds
 
 _CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
-_MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 4096, 8192, 16384, 1 << 18
+_MS_REC, _MS_PRIVATE = 16384, 1 << 18
+# open_tree(2) and move_mount(2) (Linux 5.2; the same numbers on x86-64 and arm64): a folder's
+# subtree cloned as a detached mount, and that mount put in place.
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _AT_FDCWD = 428, 429, -100
+_OPEN_TREE_FLAGS = 1 | os.O_CLOEXEC | 0x8000  # OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE
 # The capabilities the zygote's walls keep for the forks' own namespaces and mounts.
 CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
 FORK_FAILED = 71  # the exit status of a fork whose walls could not be raised
@@ -51,6 +55,13 @@ class _Libc:
             error = ctypes.get_errno()
             raise OSError(error, f"{name}{arguments[:2]}: {os.strerror(error)}")
 
+    def syscall(self, name: str, number: int, *arguments: Any) -> int:
+        result = int(self.libc.syscall(number, *arguments))
+        if result < 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"{name}: {os.strerror(error)}")
+        return result
+
     def mount(
         self, source: str | None, target: str, kind: str | None, flags: int, data: str = ""
     ) -> None:
@@ -59,23 +70,34 @@ class _Libc:
 
 
 def _own_mounts(libc: _Libc, tmp: Path, hidden: Path | None, tmpfs_bytes: int) -> None:
-    """The fork's view, in its own mount namespace: its /proc, /tmp and /dev/shm, and of the
+    """The fork's view, in its own mount namespace: its /proc and /dev/shm, a /tmp of its own
+    unless something it needs is bound beneath the zygote's (a cache, an import path), and of the
     judge's folder ``hidden`` only its own temporary folder ``tmp``."""
     libc.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     libc.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     size = f"size={tmpfs_bytes},mode=1777"
-    libc.mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, size)
     if os.path.isdir("/dev/shm"):
         libc.mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, size)
-    if hidden is None or not tmp.is_relative_to(hidden) or tmp == hidden:
-        return
-    kept = "/tmp/.kernelarena-own"
-    os.mkdir(kept)
-    libc.mount(str(tmp), kept, None, _MS_BIND | _MS_REC)
-    libc.mount("tmpfs", str(hidden), "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=755")
-    tmp.mkdir(parents=True)
-    libc.mount(kept, str(tmp), None, _MS_MOVE)
-    os.rmdir(kept)
+    if hidden is not None and tmp.is_relative_to(hidden) and tmp != hidden:
+        # Its own folder, detached (a clone of the subtree), put back once the rest is covered.
+        own = libc.syscall(
+            "open_tree", _SYS_OPEN_TREE, _AT_FDCWD, str(tmp).encode(), _OPEN_TREE_FLAGS
+        )
+        try:
+            libc.mount("tmpfs", str(hidden), "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=755")
+            tmp.mkdir(parents=True)
+            libc.syscall("move_mount", _SYS_MOVE_MOUNT, own, b"", _AT_FDCWD, str(tmp).encode(), 4)
+        finally:
+            os.close(own)
+    if not _mounts_beneath("/tmp"):
+        libc.mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, size)
+
+
+def _mounts_beneath(folder: str) -> bool:
+    """Whether anything is mounted below ``folder`` (a mount over it would hide it)."""
+    with open("/proc/self/mountinfo") as mounts:
+        points = [line.split()[4] for line in mounts]
+    return any(point.startswith(folder.rstrip("/") + "/") for point in points)
 
 
 def _sandbox(conn_fd: int, device_name: str, tmp: Path, writable: list[str]) -> None:
