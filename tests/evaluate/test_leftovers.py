@@ -71,3 +71,26 @@ def test_a_reused_pid_does_not_keep_a_dead_owners_folder(tmp_path: Path) -> None
     assert not owner_gone(folder)
     (folder / OWNER_FILE).write_text(f"{pid} {int(start) - 1} {namespace}\n")  # same pid, earlier
     assert owner_gone(folder)
+
+
+def test_a_stopped_sandbox_of_a_dead_run_is_killed_with_its_folder(tmp_path: Path) -> None:
+    """A sandbox started without namespaces and stopped by its judge (a spare paused while the
+    judge timed) before it could ask to die with it: the judge killed, it would sleep forever."""
+    import os
+    import signal
+
+    temp = tmp_path / "tmp"
+    dead = _folder(temp, "kernelarena-workers-dead")
+    _owned_by_a_dead_process(dead)
+    stopped = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", str(dead / "sandbox-1")]
+    )
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        sweep(temp, tmp_path / "shm")
+        assert stopped.wait(timeout=10) == -signal.SIGKILL
+        assert bystander.poll() is None
+    finally:
+        stopped.kill()
+        bystander.kill()

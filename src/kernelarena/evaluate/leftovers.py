@@ -4,7 +4,9 @@ A run removes its own folders when it ends (``LocalExecutor.close``, a Ray actor
 A process killed with SIGKILL cannot: a ``kernelarena run`` killed from outside, a Ray actor its
 solution or its node took down. So every such folder carries an owner file (the creating process's
 pid and start time, which tells a reused pid apart), and an executor that starts removes the
-folders whose owner is gone. A folder without an owner file is left alone: nothing says whose it is.
+folders whose owner is gone, and kills the processes still naming them: sandboxes started without
+namespaces (no bwrap here) outlive a judge killed while it held them stopped, before they could ask
+to die with it. A folder without an owner file is left alone: nothing says whose it is.
 
 The arena, the memory judge and sandboxes share, has no name (``arena``: memfds and CUDA memory
 passed by descriptor), so the kernel frees it with the last process that maps it, SIGKILL or not.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -64,6 +67,26 @@ def owner_gone(folder: Path) -> bool:
     return namespace == _namespace() and _identity(pid) != " ".join(recorded)
 
 
+def kill_processes_naming(folder: Path) -> list[int]:
+    """SIGKILL this user's processes whose command line names a path in ``folder``."""
+    needle = str(folder).encode() + b"/"
+    killed = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+                if needle not in handle.read():
+                    continue
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
+        except OSError:
+            continue
+    return killed
+
+
 def sweep(temp_root: Path | None = None, shared_memory: Path = SHARED_MEMORY) -> list[Path]:
     """Remove the folders of dead owners under ``temp_root`` (the temporary folder) and the
     /dev/shm arenas of earlier releases named after them; returns the folders removed."""
@@ -73,6 +96,7 @@ def sweep(temp_root: Path | None = None, shared_memory: Path = SHARED_MEMORY) ->
         for folder in root.glob(f"{prefix}*"):
             if not folder.is_dir() or not owner_gone(folder):
                 continue
+            kill_processes_naming(folder)
             remove_arenas(folder, shared_memory)
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
