@@ -230,6 +230,20 @@ def test_doctor_says_which_protections_hold_and_names_a_missing_one(
     assert "namespaces: NO, KERNELARENA_NAMESPACES=0" in result.output
     assert "NO namespaces (KERNELARENA_NAMESPACES=0)" in result.output
     assert "seccomp refuses" in result.output
+    assert "CPU sandboxes: started as programs (no namespaces here)" in result.output
+
+
+def test_doctor_says_cpu_sandboxes_fork_where_the_walls_stand() -> None:
+    from typer.testing import CliRunner
+
+    from kernelarena.cli import app
+    from kernelarena.evaluate.isolation import walls
+
+    if not walls().available:
+        pytest.skip(f"no namespaces on this machine: {walls().why_not}")
+    result = CliRunner().invoke(app, ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert "CPU sandboxes: forked from a zygote" in result.output
 
 
 def test_compilers_outside_the_system_folders_are_bound_with_their_prefix(tmp_path: Path) -> None:

@@ -27,3 +27,30 @@ def doctor() -> None:
     where, confinement = trial()
     console.print(f"a sandbox started now ({where or 'did not start'}):")
     console.print(f"  {confinement}", markup=False)
+    console.print(f"CPU sandboxes: {_cpu_sandboxes()}", markup=False)
+
+
+def _cpu_sandboxes() -> str:
+    """How a CPU sandbox starts here: forked from the zygote, or as a program and why."""
+    import tempfile
+    from pathlib import Path
+
+    from kernelarena.evaluate.forked import ForkedProcess
+    from kernelarena.evaluate.isolation import walls
+    from kernelarena.evaluate.sandboxes import SandboxDied, Sandboxes
+
+    with tempfile.TemporaryDirectory(prefix="kernelarena-doctor-") as folder:
+        sandboxes = Sandboxes("cpu", Path(folder), [])
+        try:
+            sandbox = sandboxes.for_solution("doctor")
+        except SandboxDied as died:
+            return f"did not start: {died}"
+        finally:
+            sandboxes.close()
+        if isinstance(sandbox.process, ForkedProcess):
+            return "forked from a zygote (each in PID and mount namespaces of its own)"
+    if os.environ.get("KERNELARENA_ZYGOTE") == "0":
+        return "started as programs (KERNELARENA_ZYGOTE=0)"
+    if not walls().available:
+        return "started as programs (no namespaces here)"
+    return "started as programs: a fork's walls failed (the line above says why)"

@@ -10,8 +10,9 @@ judge. Each fork, before anything of its solution exists:
 - leaves the zygote's PID and mount namespaces for new ones of its own, as PID 1 (its first
   process, the zygote's child, waits for it and exits with its status): when it dies the kernel
   kills everything it started, and it sees no other process;
-- mounts its own ``/proc``, ``/tmp`` and ``/dev/shm``, and hides the judge's folder of sandbox logs
-  and temporary folders but for its own temporary folder;
+- mounts its own ``/proc`` and ``/dev/shm`` (and ``/tmp``, where nothing it needs is mounted
+  beneath the zygote's; else Landlock keeps it from writing there), and hides the judge's folder
+  of sandbox logs and temporary folders but for its own temporary folder;
 - then raises the layers every sandbox raises (``confine.confine_sandbox``): no capabilities,
   ``no_new_privs``, Landlock, seccomp (which refuses further namespaces and mounts), limits.
 
