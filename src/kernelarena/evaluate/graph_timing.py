@@ -83,7 +83,7 @@ def held_per_set(fn: Call, sets: int) -> tuple[Call, list[Any]]:
     outputs: a result dropped at once hands its memory to the next call, whose writes then stay in
     the L2 (a 128x4096 rmsnorm's 1 MB, a 4096x2048 silu_and_mul's 16 MB) where the
     destination-passing solution's go out to memory. Engine traces on an H100 read Liger's and the
-    compiled peer's 128x4096 rmsnorm 14-15% faster with their results dropped (2026-11-25)."""
+    compiled peer's 128x4096 rmsnorm 14-15% faster with their results dropped."""
     results: list[Any] = [None] * sets
 
     def held(i: int) -> Any:
@@ -105,7 +105,7 @@ def settle_graph_state(device: torch.device) -> None:
     stream other than the default one (a side stream, or the capture of a call that allocates
     intermediates, as torch eager code does), and with ~0.45 us from then on, for every graph of
     the process (H200 2.31 against 2.66 us a call of 2.27 us kernels, H100 2.48 against 2.83;
-    2026-11-26, ``scripts/probe_graph_state.py``). Left to chance, a benchmark process turned at
+    ``benchmarks/probes/probe_graph_state.py``). Left to chance, a benchmark process turned at
     its first eager peer's graph and a sandbox that timed one solution did not: every provider at
     128x4096 read 0.3-0.4 us apart between ``bench_norms.py`` and the engine's traces. Every
     timing process now enters the lasting state first, the one a program that uses more than one
@@ -155,8 +155,8 @@ def time_replays(
 ) -> Timing:
     """Each replay between two events, ``lead_us`` of spin queued before the start event: the
     graph's launch then happens while the GPU is busy, and the span holds the graph's GPU work
-    only. Without the spin the span also holds the host's launch of the graph (an H200,
-    2026-11-26: a 60-call graph of 2.27 us rmsnorm kernels read 2.82 us a call without the spin
+    only. Without the spin the span also holds the host's launch of the graph (on an H200,
+    a 60-call graph of 2.27 us rmsnorm kernels read 2.82 us a call without the spin
     and 2.32 with it, with the same kernels and gaps in the profiler: 30 us of launch a replay)."""
     samples = []
     stream = torch.cuda.current_stream(device)

@@ -33,7 +33,7 @@ REPLAY_SPAN_MS = 2.0
 EAGER_ROUNDS = 200
 # At least this many calls in an eager batch, unless it lasts EAGER_LONG_BATCH_MS: at two calls of a
 # millisecond (attention prefill), the first launch and the last synchronization added 80-210 us a
-# call (H200, 2026-11-26), more than the solutions differ by.
+# call on an H200, more than the solutions differ by.
 EAGER_MIN_CALLS = 16
 EAGER_LONG_BATCH_MS = 25.0
 # The judge's clocks keep the fastest of this many batches (of each length, for ``_per_call``).
@@ -185,7 +185,7 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> fl
 
 def eager_second_look(sets: SetMaker, rotated: list[SharedSet], clock: JudgeClock) -> JudgeClock:
     """``clock`` with the eager clock taken once more, the lesser kept. Its batches run within
-    milliseconds of each other, and one stall of the host can cover them all (an H100, 2026-11-26:
+    milliseconds of each other, and one stall of the host can cover them all (on an H100,
     4 of 45 traces with eager clocks of 1.8-3.1x both their host submit time and their GPU time,
     the other workloads of the same solutions at 1.0-1.1x; taken twice, 1 of 96 and 0 of 96). For
     the figure apply ranks by, after the checks, which use the first look."""

@@ -271,7 +271,7 @@ class Sandboxes:
     def settle(self, wait_s: float = 30.0) -> None:
         """Wait until every spare has started (torch imported, its CUDA context made), so that none
         starts beside a timing: a spare's start takes the host's CPU and the GPU's driver from the
-        calls being timed. On an H100 (2026-11-26), timed in the seconds after the spare that
+        calls being timed. On an H100, timed in the seconds after the spare that
         replaced their sandbox was started, a solution's first workloads had eager clocks of up
         to 5.8x their host submit time (a CUDA rmsnorm: 45 us a call for 7.8 us of host work and
         2.9 us of GPU time). At most ``wait_s`` in all, since the wait counts against the job's
