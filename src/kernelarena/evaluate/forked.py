@@ -70,15 +70,7 @@ class Zygote:
             command, folders, tmp, found, capabilities=_capabilities()
         )
         self.log_path = folder / f"zygote-{device.replace(':', '')}-{os.getpid()}.log"
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                command,
-                pass_fds=(child.fileno(),),
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
+        self.process = isolation.start_logged(command, environment, self.log_path, child.fileno())
         child.close()
         self._ready = False
         self.watched: dict[int, ForkedProcess] = {}  # the zygote's pid of each fork -> its process

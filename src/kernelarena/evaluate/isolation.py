@@ -308,6 +308,27 @@ def walled(
     return walled_command, environment
 
 
+def start_logged(
+    command: list[str],
+    environment: dict[str, str],
+    log_path: Path,
+    connection_fd: int,
+    new_session: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start a walled ``command`` (``walled``'s) that sees its log only as its stdout and stderr,
+    and of the judge's descriptors only ``connection_fd``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            command,
+            pass_fds=(connection_fd,),
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=new_session,
+        )
+
+
 def describe(found: Walls, inside: str) -> str:
     """The sandbox's confinement line: the walls, then what it raised inside (``inside``)."""
     if not inside and not found.available:

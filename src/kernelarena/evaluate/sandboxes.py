@@ -71,17 +71,10 @@ class Sandbox:
             *writable,
         ]
         command, environment = isolation.walled(command, writable, tmp, self.walls)
-        with open(log_path, "ab") as log:  # the sandbox sees its log only as its stdout and stderr
-            self.process = subprocess.Popen(
-                command,
-                pass_fds=(child.fileno(),),
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                # Without namespaces, at least no controlling terminal (bwrap makes a session).
-                start_new_session=not self.walls.available,
-            )
+        # Without namespaces, at least no controlling terminal (bwrap makes a session).
+        self.process = isolation.start_logged(
+            command, environment, log_path, child.fileno(), new_session=not self.walls.available
+        )
         child.close()
         # The processes that are the sandbox itself (bwrap's and the interpreter), found when it
         # says it is ready, before any solution code runs: every other one is the solution's.
