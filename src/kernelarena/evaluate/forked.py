@@ -18,6 +18,7 @@ from pathlib import Path
 from kernelarena.evaluate import isolation
 from kernelarena.evaluate.confine import descendants, stat_fields
 from kernelarena.evaluate.descriptors import send_fds
+from kernelarena.evaluate.zygote import CAPABILITIES
 
 # /proc/PID/stat's exit_code field (the 52nd; the 50th after the command): Linux 3.5 and later.
 _EXIT_CODE_FIELD = 49
@@ -67,7 +68,7 @@ class Zygote:
         # Read-write for the forks (each confines itself to its own temporary folder and caches).
         folders = [*writable, str(folder)]
         command, environment = isolation.walled(
-            command, folders, tmp, found, capabilities=_capabilities()
+            command, folders, tmp, found, capabilities=CAPABILITIES
         )
         self.log_path = folder / f"zygote-{device.replace(':', '')}-{os.getpid()}.log"
         self.process = isolation.start_logged(command, environment, self.log_path, child.fileno())
@@ -112,12 +113,11 @@ class Zygote:
             finally:
                 child.close()
         inner = self._reply(timeout).get("pid")
-        host = _host_pid(self.process.pid, inner)
-        if host is None:
+        if not isinstance(inner, int) or (host := _host_pid(self.process.pid, inner)) is None:
             parent.close()
             raise ZygoteFailed(f"the sandbox zygote's fork {inner} is not to be found")
         process = ForkedProcess(host)
-        self.watched[int(str(inner))] = process
+        self.watched[inner] = process
         return parent, process
 
     def close(self) -> None:
@@ -126,17 +126,9 @@ class Zygote:
         self.process.wait()
 
 
-def _capabilities() -> tuple[str, ...]:
-    from kernelarena.evaluate.zygote import CAPABILITIES
-
-    return CAPABILITIES
-
-
-def _host_pid(root: int, inner: object) -> int | None:
+def _host_pid(root: int, inner: int) -> int | None:
     """The pid, as the judge sees it, of the process below ``root`` that the zygote (in the
     namespace one level down) calls ``inner``: not one in a fork's deeper namespace."""
-    if not isinstance(inner, int):
-        return None
     for pid in descendants(root):
         try:
             with open(f"/proc/{pid}/status", "rb") as handle:

@@ -97,7 +97,8 @@ def agreed_clock(
                 return clock, note, reported
             except TimingRejected as second:
                 if reported.mode in EVENT_MODES and not second.below_physics:
-                    return clock, _judged_note(reported, clock), _judged(reported, clock)
+                    judged = summarize([clock.eager_call_ms], reported.mode)
+                    return clock, _judged_note(reported, clock), judged
                 cpu = cpu_time_clock(sets, rotated)
                 if cpu is None:
                     raise second from None
@@ -111,10 +112,6 @@ def agreed_clock(
             ),
             reported,
         )
-
-
-def _judged(reported: Timing, clock: JudgeClock) -> Timing:
-    return summarize([clock.eager_call_ms], reported.mode)
 
 
 def _judged_note(reported: Timing, clock: JudgeClock) -> str:

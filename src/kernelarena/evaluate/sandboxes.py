@@ -172,9 +172,6 @@ class Sandbox:
         except OSError:
             return 0
 
-    def log_tail(self) -> str:
-        return read_tail(str(self.log_path), 2000)
-
     def log_since(self, offset: int, limit: int = 6000) -> str:
         """At most the last ``limit`` bytes written after ``offset``: a solution that prints
         gigabytes costs the judge a seek."""
@@ -226,11 +223,13 @@ class Sandboxes:
             try:
                 return Sandbox(self.device, log, writable, tmp, zygote=self.zygote)
             except ZygoteFailed as failed:
-                print(f"kernelarena: sandboxes start as programs from now: {failed}", flush=True)
-                self._drop_zygote()
+                self._drop_zygote(str(failed))
         return Sandbox(self.device, log, writable, tmp, self._spawned == 1)
 
-    def _drop_zygote(self) -> None:
+    def _drop_zygote(self, why: str = "") -> None:
+        """No more forks: sandboxes start as programs from now (``why`` goes to the log)."""
+        if why:
+            print(f"kernelarena: sandboxes start as programs from now: {why}", flush=True)
         if self.zygote is not None:
             self.zygote.close()
             self.zygote = None
@@ -249,9 +248,8 @@ class Sandboxes:
                 raise
             # The walls of a fork could not be raised here (a kernel refusing nested namespaces):
             # nothing of a solution ran, so the sandbox starts again as a program.
-            print("kernelarena: sandboxes start as programs from now: " + sandbox.log_tail())
             sandbox.retire()
-            self._drop_zygote()
+            self._drop_zygote(sandbox.log_since(0, 2000))
             sandbox = self._spawn()
             sandbox.wait_ready(self.startup_timeout_s)
         finally:

@@ -26,7 +26,6 @@ import contextlib
 import ctypes
 import json
 import os
-import signal
 import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -136,15 +135,7 @@ def _fork(request: dict[str, Any], conn_fd: int, device_name: str) -> None:
         os._exit(FORK_FAILED)
     os.close(conn_fd)
     # This process runs no solution code: it only holds the namespace's first process.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except ChildProcessError:
-            os._exit(FORK_FAILED)
-        except InterruptedError:
-            continue
+    _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
