@@ -383,6 +383,37 @@ def test_the_judges_eager_batches_hold_at_least_the_minimum_of_calls() -> None:
     assert asked == [2] + [2, 4] * DIFFERENCE_BATCHES and per_call == pytest.approx(20.0, rel=0.5)
 
 
+def test_a_difference_swamped_by_noise_is_never_zero() -> None:
+    """A busy machine can make the batch of twice the calls come out faster than the shorter one:
+    the pair is taken again, and where it stays inverted the figure is the longer batch's share
+    (an upper bound), never the 0 that once ranked an honest solution first in apply."""
+    from types import SimpleNamespace
+
+    from kernelarena.evaluate.judge_clock import DIFFERENCE_BATCHES, DIFFERENCE_RETRIES, _per_call
+
+    def clock_for(walls: list[float]) -> tuple[float, list[int]]:
+        asked: list[int] = []
+        remaining = list(walls)
+
+        def request(kind: str, ids: list[int], calls: int) -> dict[str, Any]:
+            asked.append(calls)
+            time.sleep(remaining.pop(0) * 1e-3)
+            return {"ok": True}
+
+        holder = SimpleNamespace(
+            sandbox=SimpleNamespace(request=request), device=torch.device("cpu")
+        )
+        timed = [SimpleNamespace(id=0)]
+        figure = _per_call(holder, timed, lambda n: ("eager", [0], n), 4, "calls")  # type: ignore[arg-type]
+        return figure, asked
+
+    pairs = DIFFERENCE_BATCHES + DIFFERENCE_RETRIES
+    always_inverted, asked = clock_for([30.0, 20.0] * pairs)
+    assert len(asked) == 2 * pairs and always_inverted == pytest.approx(10.0, rel=0.3)
+    righted, asked = clock_for([30.0, 20.0, 30.0, 20.0, 5.0, 40.0])
+    assert len(asked) == 6 and righted == pytest.approx(15.0, rel=0.3)
+
+
 def test_what_every_request_costs_besides_its_calls_is_not_in_the_eager_figure() -> None:
     """A request that costs 3 ms besides its calls of 0.5 ms (a round trip, a GPU warming its
     address translation after the judge's poison): the figure is the calls' alone."""
