@@ -81,7 +81,7 @@ class StandIn:
     def produced(self, shared: Any) -> dict[str, torch.Tensor]:
         return dict(shared.outputs)
 
-    def compare_all(self, produced: Any, expected: Any) -> list[Any]:
+    def compare_all(self, produced: Any, expected: Any, shared: Any = None) -> list[Any]:
         from kernelarena.evaluate.compare import compare
 
         return [compare("out", produced["out"], expected["out"], DType.FLOAT32, TOLERANCE)]

@@ -122,3 +122,60 @@ def test_a_copy_and_a_lower_precision_kernel_fail_where_honest_ones_pass(tmp_pat
     lower = found["row_dot_in_bfloat16"]
     assert lower is not None and lower.status is Status.INCORRECT_NUMERICAL, lower
     assert "the solution computes in a lower precision" in lower.log, lower.log
+
+
+# A float16 row sum whose reference adds the columns one at a time in float16: every addition
+# rounds, so the reference itself sits far from the exact sum (0.07 at 256 columns), further than
+# the float16 tolerance (1e-3 + 1e-3 * |ref|) from a solution that sums in float32.
+SEQUENTIAL_SUM = Definition(
+    name="row_sum_fp16",
+    op_type="test",
+    axes={"rows": AxisVar(), "hidden": AxisConst(value=256)},
+    inputs={"x": TensorSpec(shape=["rows", "hidden"], dtype="float16")},
+    outputs={"out": TensorSpec(shape=["rows"], dtype="float16")},
+    reference=(
+        "def run(x):\n"
+        "    total = x[:, 0].clone()\n"
+        "    for column in range(1, x.shape[1]):\n"
+        "        total = total + x[:, column]\n"
+        "    return total\n"
+    ),
+)
+SUMS = {
+    "accurate": "def run(x, out):\n    out.copy_(x.float().sum(-1))\n",
+    "drops_a_column": "def run(x, out):\n    out.copy_(x[:, 1:].float().sum(-1))\n",
+}
+
+
+@pytest.mark.timeout(600)
+def test_a_solution_more_accurate_than_the_reference_passes(tmp_path: Path) -> None:
+    """It misses the reference in the definition's dtype but matches the reference computed in
+    float64 within the same tolerance: PASSED. One that is wrong misses both and still fails."""
+    dataset = TraceSet(root=tmp_path)
+    dataset.add_definition(SEQUENTIAL_SUM)
+    dataset.add_workload(
+        SEQUENTIAL_SUM.name, Workload(uuid="r5", axes={"rows": 5}, inputs={"x": RandomInput()})
+    )
+    for stem, source in SUMS.items():
+        dataset.add_solution(
+            Solution(
+                name=f"row_sum_{stem}",
+                definition=SEQUENTIAL_SUM.name,
+                author="tests",
+                spec=BuildSpec(
+                    language="python", target_hardware=["cpu", "cuda"], entry_point="s.py::run"
+                ),
+                sources=[SourceFile(path="s.py", content=source)],
+            )
+        )
+    benchmark = Benchmark(
+        dataset,
+        devices="cpu",
+        options=Options(trials=3, budget_ms=20, max_iterations=20),
+        timeouts=Timeouts(build_s=120, run_s=60, startup_s=300),
+    )
+    found = {t.solution: t.evaluation for t in benchmark.run_all()}
+    accurate = found["row_sum_accurate"]
+    assert accurate is not None and accurate.status is Status.PASSED, accurate
+    wrong = found["row_sum_drops_a_column"]
+    assert wrong is not None and wrong.status is Status.INCORRECT_NUMERICAL, wrong

@@ -71,24 +71,34 @@ Axis = Annotated[
 
 
 class Tolerance(Schema):
-    """``|out - ref| <= atol + rtol * |ref|`` on at least ``required_matched_ratio`` of elements;
-    and (ours) the solution's error against the reference computed in float64 at most
-    ``max_error_ratio`` times the reference's own (``evaluate.error_ratio``; its default where
-    this is None)."""
+    """``|out - ref| <= atol * scale + rtol * |ref|`` on at least ``required_matched_ratio`` of
+    elements, where ``scale`` is 1, or (ours, ``atol_scaled``) the reference output's RMS where
+    that is larger; and (ours) the solution's error against the reference computed in float64 at
+    most ``max_error_ratio`` times the reference's own (``evaluate.error_ratio``; its default
+    where this is None)."""
 
     atol: float = Field(ge=0)
     rtol: float = Field(ge=0)
     required_matched_ratio: float = Field(default=1.0, gt=0, le=1)
     max_error_ratio: float | None = Field(default=None, gt=0)
+    atol_scaled: bool = False
+
+
+# The defaults by dtype scale their atol by the output's RMS (where above 1): honest kernels' error
+# near zero grows with the output's scale. A float16 GEMM at K=14336 (outputs of RMS 120) summed
+# in float32 is 1e-3 from the float64 result at some elements near zero, on an H100, in the
+# published solutions and in cuBLAS alike; a plain 1e-3 failed all of them, where FlashInfer-Bench
+# (1e-2) passes them. A kernel that computes in a lower precision still misses a scaled atol there
+# (bfloat16 inputs: 0.3 from the exact result) and the error ratio too (``evaluate.error_ratio``).
 
 
 DEFAULT_TOLERANCES: dict[DType, Tolerance] = {
-    DType.FLOAT32: Tolerance(atol=1e-4, rtol=1e-4),
-    DType.FLOAT16: Tolerance(atol=1e-3, rtol=1e-3),
-    DType.BFLOAT16: Tolerance(atol=1e-2, rtol=1e-2),
-    DType.FLOAT8_E4M3FN: Tolerance(atol=0.125, rtol=0.125),
-    DType.FLOAT8_E5M2: Tolerance(atol=0.25, rtol=0.25),
-    DType.FLOAT4_E2M1: Tolerance(atol=0.5, rtol=0.25),
+    DType.FLOAT32: Tolerance(atol=1e-4, rtol=1e-4, atol_scaled=True),
+    DType.FLOAT16: Tolerance(atol=1e-3, rtol=1e-3, atol_scaled=True),
+    DType.BFLOAT16: Tolerance(atol=1e-2, rtol=1e-2, atol_scaled=True),
+    DType.FLOAT8_E4M3FN: Tolerance(atol=0.125, rtol=0.125, atol_scaled=True),
+    DType.FLOAT8_E5M2: Tolerance(atol=0.25, rtol=0.25, atol_scaled=True),
+    DType.FLOAT4_E2M1: Tolerance(atol=0.5, rtol=0.25, atol_scaled=True),
 }
 _EXACT = Tolerance(atol=0.0, rtol=0.0)
 

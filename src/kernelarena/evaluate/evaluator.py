@@ -316,7 +316,7 @@ class Evaluator:
             prepared = sets.make(seed, keep_private=True, distribution=distribution)
             expected = sets.expected(prepared)
             produced = sets.call(prepared)
-            comparisons = sets.compare_all(produced, expected)
+            comparisons = sets.compare_all(produced, expected, prepared)
             worst = merge(worst, comparisons)
             failed = [c for c in comparisons if not c.ok]
             which = f"trial {trial + 1} of {job.options.trials}{_drawn(distribution)}"
@@ -346,7 +346,7 @@ class Evaluator:
         depends on where the inputs live, i.e. it returned results cached by address."""
         again = sets.make(failed.seed, keep_private=True, distribution=failed.distribution)
         expected = sets.expected(again)
-        return all(c.ok for c in sets.compare_all(sets.call(again), expected))
+        return all(c.ok for c in sets.compare_all(sets.call(again), expected, again))
 
     # -- traces ---------------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ def after_pass(sets: SetMaker, timed: list[SharedSet], reply: dict[str, Any], wh
         return
     looked_at = timed if len(timed) <= CHECKED_SETS else random.sample(timed, CHECKED_SETS)
     for shared in looked_at:
-        comparisons = sets.compare_all(sets.produced(shared), sets.expected(shared))
+        comparisons = sets.compare_all(sets.produced(shared), sets.expected(shared), shared)
         failed = [c for c in comparisons if not c.ok]
         if failed:
             pristine = shared.private if shared.private is not None else sets.pristine(shared)

@@ -224,7 +224,7 @@ def _still_poisoned(sets: SetMaker, timed: list[SharedSet]) -> set[int]:
 
 def _check_set(sets: SetMaker, shared: SharedSet, late: bool, graph: bool) -> None:
     expected = sets.expected(shared)
-    comparisons = sets.compare_all(sets.produced(shared), expected)
+    comparisons = sets.compare_all(sets.produced(shared), expected, shared)
     failed = [c for c in comparisons if not c.ok]
     if graph and failed:
         what = "left outputs unwritten" if late else "gave outputs that do not match the reference"

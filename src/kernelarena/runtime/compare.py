@@ -62,7 +62,8 @@ def compare(
     finite = torch.isfinite(a) & torch.isfinite(e)
     e_abs = e.abs()
     difference = torch.where(finite, (a - e).abs(), 0.0)
-    within = difference <= tolerance.atol + tolerance.rtol * e_abs
+    atol = absolute_tolerance(e, tolerance)
+    within = difference <= atol + tolerance.rtol * e_abs
     spurious_inf = inf_a & ~inf_e
     positional = (nan_a != nan_e) | (inf_e & (a != e)) | spurious_inf
     good = (within & finite) | (nan_a & nan_e) | (inf_e & (a == e))
@@ -76,8 +77,9 @@ def compare(
         positional.any(),
         (spurious_inf | (nan_a & ~nan_e)).any(),  # an infinity or NaN the reference lacks
         good.sum(),
+        torch.as_tensor(atol, dtype=torch.float64, device=e.device),
     ]
-    max_abs, max_rel, any_positional, any_spurious, good_count = torch.stack(
+    max_abs, max_rel, any_positional, any_spurious, good_count, atol_used = torch.stack(
         [value.to(torch.float64) for value in scalars]
     ).tolist()
     if any_positional:
@@ -86,23 +88,41 @@ def compare(
     matched_ratio = 1 - count / total
     ok = not any_positional and matched_ratio >= tolerance.required_matched_ratio
     result = Comparison(name, ok, max_abs, max_rel, count, total)
-    if not ok:
-        if any_positional:
-            result.reason = "NaN or infinity where the reference has none (or the reverse)"
-            where = positional
-        else:
-            needed = tolerance.required_matched_ratio
-            result.reason = f"matched {matched_ratio:.4%} of elements, needs {needed:.4%} within atol={tolerance.atol:g} rtol={tolerance.rtol:g}"
-            where = ~good
-        for index in where.nonzero()[:5].tolist():
-            result.first_mismatches.append(
-                {
-                    "index": tuple(index),
-                    "got": float(a[tuple(index)]),
-                    "expected": float(e[tuple(index)]),
-                }
-            )
+    if ok:
+        return result
+    if any_positional:
+        result.reason = "NaN or infinity where the reference has none (or the reverse)"
+        _first_mismatches(result, positional, a, e)
+        return result
+    needed = tolerance.required_matched_ratio
+    scaled = f" (scaled to {atol_used:.3g})" if atol_used != tolerance.atol else ""
+    result.reason = (
+        f"matched {matched_ratio:.4%} of elements, needs {needed:.4%} within "
+        f"atol={tolerance.atol:g}{scaled} rtol={tolerance.rtol:g}"
+    )
+    _first_mismatches(result, ~good, a, e)
     return result
+
+
+def _first_mismatches(
+    result: Comparison, where: torch.Tensor, actual: torch.Tensor, expected: torch.Tensor
+) -> None:
+    for index in where.nonzero()[:5].tolist():
+        at = tuple(index)
+        result.first_mismatches.append(
+            {"index": at, "got": float(actual[at]), "expected": float(expected[at])}
+        )
+
+
+def absolute_tolerance(expected: torch.Tensor, tolerance: Tolerance) -> torch.Tensor | float:
+    """``atol``, times the RMS of ``expected``'s finite values where ``atol_scaled`` and that RMS
+    is above 1 (a tensor on ``expected``'s device: no wait for the GPU)."""
+    if not tolerance.atol_scaled or expected.numel() == 0:
+        return tolerance.atol
+    finite = torch.isfinite(expected)
+    squares = torch.where(finite, expected, 0.0).square().sum()
+    rms = (squares / finite.sum().clamp_min(1)).sqrt()
+    return tolerance.atol * rms.clamp_min(1.0)
 
 
 def inputs_unchanged(name: str, before: torch.Tensor, after: torch.Tensor) -> str | None:

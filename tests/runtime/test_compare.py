@@ -1,0 +1,51 @@
+"""The default tolerances scale their atol with the output's size: an honest float16 GEMM over a
+long K is right within a scaled atol and not within a plain one; computing it from bfloat16 inputs
+still fails."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelarena.data import DType, Tolerance
+from kernelarena.data.definition import DEFAULT_TOLERANCES
+from kernelarena.runtime.compare import absolute_tolerance, compare
+
+
+def _gemm_outputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(exact, float16 summed in float32 along K in chunks, from bfloat16 inputs) for a
+    float16 [8, 64] x [64, 14336]^T product: outputs of RMS about 120."""
+    generator = torch.Generator().manual_seed(7)
+    a = torch.randn(8, 14336, generator=generator).half()
+    b = torch.randn(64, 14336, generator=generator).half()
+    exact = a.double() @ b.double().T
+    chunked = torch.zeros(8, 64, dtype=torch.float32)
+    for start in range(0, 14336, 16):  # a tensor core's order: float32 partial sums of 16
+        chunked += a[:, start : start + 16].float() @ b[:, start : start + 16].float().T
+    lower = (a.bfloat16().double() @ b.bfloat16().double().T).half()
+    return exact, chunked.half(), lower
+
+
+def test_the_float16_default_scales_atol_by_the_outputs_rms() -> None:
+    exact, honest, lower = _gemm_outputs()
+    default = DEFAULT_TOLERANCES[DType.FLOAT16]
+    scale = float(absolute_tolerance(exact, default)) / default.atol
+    assert 100 < scale < 140, scale
+    near_zero = exact.abs().argmin()
+    shifted = honest.clone()
+    shifted.view(-1)[near_zero] += 2e-3  # an honest error near zero, twice the plain atol
+    assert compare("C", shifted, exact, DType.FLOAT16, default).ok
+    plain = Tolerance(atol=1e-3, rtol=1e-3)
+    failed = compare("C", shifted, exact, DType.FLOAT16, plain)
+    assert not failed.ok and "scaled" not in failed.reason
+    from_bfloat16 = compare("C", lower, exact, DType.FLOAT16, default)
+    assert not from_bfloat16.ok, from_bfloat16.describe()
+    assert "scaled to" in from_bfloat16.reason
+
+
+def test_outputs_of_unit_scale_keep_the_plain_atol() -> None:
+    expected = torch.randn(4096, generator=torch.Generator().manual_seed(1)).double() * 0.5
+    default = DEFAULT_TOLERANCES[DType.FLOAT32]
+    assert float(absolute_tolerance(expected, default)) == default.atol
+    with_nan = expected.clone()
+    with_nan[0] = float("nan")
+    assert float(absolute_tolerance(with_nan, default)) == default.atol
