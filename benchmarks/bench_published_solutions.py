@@ -54,7 +54,7 @@ from benchmarks.bench_vs_flashinfer_bench import (
 )
 from benchmarks.harness import environment, result_path
 from benchmarks.published import verdicts
-from benchmarks.published.copies import copy_dataset, failed_jobs, keep_only
+from benchmarks.published.copies import copy_dataset, failed_jobs, keep_only, unsettled_jobs
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = {"first4": 4, "all": None}  # workloads taken from the top of each definition's file
@@ -199,6 +199,8 @@ def run_mode(mode: str, arguments: argparse.Namespace, work: Path) -> dict[str, 
         dataset = copy_dataset(
             arguments.dataset, work / mode / tool / "dataset", MODES[mode], arguments.definitions
         )
+        if arguments.redo:
+            keep_only(dataset, unsettled_jobs(arguments.redo))
         if tool == "peer" and arguments.peer_where_ours_fails and "ours" in found:
             keep_only(dataset, failed_jobs(found["ours"]))
         tool_jobs = verdicts.planned_jobs(dataset)
@@ -284,6 +286,8 @@ def dry_run(arguments: argparse.Namespace, work: Path) -> bool:
         dataset = copy_dataset(
             arguments.dataset, work / mode / "dataset", MODES[mode], arguments.definitions
         )
+        if arguments.redo:
+            keep_only(dataset, unsettled_jobs(arguments.redo))
         jobs = verdicts.planned_jobs(dataset)
         planned, validated = kernelarena_view(dataset)
         print(f"[{mode}] {MODE_DESCRIPTIONS[mode]}: {len(jobs)} jobs")
@@ -328,6 +332,13 @@ def parse_arguments() -> argparse.Namespace:
         "--peer-where-ours-fails",
         action="store_true",
         help="run flashinfer-bench only on the solutions and workloads kernelarena did not pass",
+    )
+    parser.add_argument(
+        "--redo",
+        nargs="+",
+        type=Path,
+        help="only the jobs whose latest kernelarena verdict in these results files is "
+        "INCORRECT_NUMERICAL or missing",
     )
     parser.add_argument("--gpus", default="0", help="CUDA_VISIBLE_DEVICES for both tools")
     parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")

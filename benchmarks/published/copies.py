@@ -4,6 +4,7 @@ workloads of each file, or only the jobs another run did not pass."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -49,3 +50,28 @@ def keep_only(dataset: Path, jobs: set[tuple[str, str]]) -> None:
         lines = [line for line in path.read_text().splitlines() if line.strip()]
         kept = [line for line in lines if json.loads(line)["workload"]["uuid"] in workloads]
         path.write_text("".join(f"{line}\n" for line in kept))
+
+
+def unsettled_jobs(results: list[Path]) -> set[tuple[str, str]]:
+    """The (solution, workload) jobs whose latest kernelarena verdict in ``results`` (earlier
+    files first, a later verdict overriding) is none at all, or INCORRECT_NUMERICAL by a few
+    elements (``NEAR_MISS``): what a run stopped at its limit, or a change to the judge's
+    comparison, leaves to settle. A solution wrong everywhere stays settled."""
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in results:
+        for row in json.loads(path.read_text())["rows"]:
+            job = (row["solution"], row["workload"])
+            if row["ours"] != "-" or job not in latest:  # a run stopped early decides nothing
+                latest[job] = row
+    return {job for job, row in latest.items() if row["ours"] == "-" or _near_miss(row)}
+
+
+# "matched 99.9918% of elements": at least this share within tolerance is a near miss.
+NEAR_MISS = 99.0
+
+
+def _near_miss(row: dict[str, Any]) -> bool:
+    if row["ours"] != "INCORRECT_NUMERICAL":
+        return False
+    found = re.search(r"matched ([0-9.]+)% of elements", str(row.get("ours_detail", {})))
+    return found is not None and float(found.group(1)) >= NEAR_MISS
