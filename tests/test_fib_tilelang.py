@@ -342,9 +342,10 @@ def _tool_environment(**extra: str) -> dict[str, str]:
 
 
 def _run_tool(command: list[str], environment: dict[str, str]) -> str:
-    """Runs one tool's command line to its end; returns the tail of what it printed."""
+    """Runs one tool's command line to its end; returns the tail of what it printed. 480 s: a
+    hung tool is reported within one 10-minute call of the device machine."""
     done = subprocess.run(
-        command, env=environment, capture_output=True, text=True, timeout=900, check=False
+        command, env=environment, capture_output=True, text=True, timeout=480, check=False
     )
     printed = f"{shlex.join(command[3:])}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     assert done.returncode == 0, printed
@@ -395,7 +396,7 @@ def _unexpected(statuses: dict[tuple[str, str], str], logs: dict[tuple[str, str]
 
 
 @pytest.mark.gpu
-@pytest.mark.timeout(2000)
+@pytest.mark.timeout(1200)
 def test_both_tools_give_the_same_verdicts_on_the_gpu(tmp_path: Path) -> None:
     _tilelang_or_skip()
     _their_dataset(tmp_path / "written")
