@@ -20,6 +20,13 @@ if [[ $stage == lang* ]]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-lang \
       $folder/*.whl || exit 1
   done
+  # FlashInfer-Bench for the lang fib part: its wheel and docstring-parser only. The other wheels
+  # of .whl-fib are installed already (pip fails on them), and its apache-tvm-ffi is newer than
+  # tilelang 0.1.15 allows.
+  if ls .whl-fib/flashinfer_bench*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-lang \
+      .whl-fib/flashinfer_bench*.whl .whl-fib/docstring*.whl || exit 1
+  fi
 fi
 export PYTHONPATH=$PWD/src:$PWD:/tmp/site-lang:/tmp/site PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export KERNELARENA_CACHE=/tmp/ka-cache KERNELARENA_DATASET=/tmp/ka-dataset
@@ -184,8 +191,12 @@ case "$stage" in
     ls /tmp/site-lang | head -20
     ;;
   lang)  # issue 42: TileLang fused_add_rmsnorm, CuTe nvfp4_gemv. LANG_PARTS: tests (GPU tests of the
-         # new solutions) and run (a performance run beside the library's solutions, then GB/s)
-    parts=${LANG_PARTS:-tests run}
+         # new solutions), run (a performance run beside the library's solutions, then GB/s) and,
+         # where .whl-fib is carried, fib (a TileLang dataset written with FlashInfer-Bench's
+         # classes: the same verdicts from flashinfer-bench run and kernelarena run)
+    default_parts="tests run"
+    [ -d .whl-fib ] && default_parts="$default_parts fib"
+    parts=${LANG_PARTS:-$default_parts}
     names=${LANG_DEFINITIONS:-fused_add_rmsnorm_bf16 fused_add_rmsnorm_fp16 fused_add_rmsnorm_fp32 nvfp4_gemv}
     log "versions"
     python3 -c "import tvm_ffi, tilelang, importlib.metadata as m; print('tvm-ffi', tvm_ffi.__version__, 'tilelang', tilelang.__version__, 'nvidia-cutlass', m.version('nvidia-cutlass'))" 2>&1 | tee "$OUT/lang-versions.txt"
@@ -202,6 +213,11 @@ case "$stage" in
       log "GB/s"
       python3 scripts/lang_gbs.py "$KERNELARENA_DATASET" $names 2>&1 | tee "$OUT/lang-gbs.txt"
       tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" .
+    fi
+    if [[ $parts == *fib* ]]; then
+      log "flashinfer-bench and kernelarena on a TileLang dataset"
+      timeout ${LANG_FIB_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -rf \
+        tests/test_fib_tilelang.py > "$OUT/lang-fib-tests.txt" 2>&1; tail -20 "$OUT/lang-fib-tests.txt"
     fi
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
