@@ -68,6 +68,20 @@ def test_overlapping_spreads_are_a_tie_won_by_the_definition_wide_best() -> None
     assert (separated.winner, separated.decided_by) == (ONE.name, "margin")
 
 
+def test_a_solution_whose_graph_failed_never_wins_inside_a_capture() -> None:
+    """Timed with events after its CUDA graph failed (``Performance.capturable`` false), the
+    fastest solution still wins eager calls; ranked by GPU time, the figure of calls inside a
+    capture, it takes no part."""
+    uncapturable = timed(TOY, ONE, SMALL, 5.0, eager_us=6.0)
+    assert uncapturable.evaluation is not None and uncapturable.evaluation.performance is not None
+    uncapturable.evaluation.performance.capturable = False
+    trace_set = measured(uncapturable, timed(TOY, TWO, SMALL, 9.0, eager_us=10.0))
+    eager = load_or_build(TOY, trace_set, CPU, "cpu", rank_by="eager", use_cache=False)
+    assert eager.choose((4, 64)).solutions == (ONE.name, TWO.name)
+    graph = load_or_build(TOY, trace_set, CPU, "cpu", rank_by="gpu", use_cache=False)
+    assert graph.choose((4, 64)).solutions == (TWO.name,)
+
+
 def test_traces_from_other_hardware_stale_hashes_or_failures_are_ignored() -> None:
     edited = marker(TOY, 2)
     edited.sources[0].content += "# edited after it was measured\n"

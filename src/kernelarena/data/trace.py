@@ -73,6 +73,9 @@ class Performance(Schema):
     host_submit_ms: float | None = Field(default=None, ge=0.0)
     # Frames torch.compile (dynamo) compiled during the timed calls: a figure taken while compiling.
     compiles_while_timed: int | None = None
+    # False where the solution's CUDA graph failed (its capture, or replays that did not do the
+    # work its calls do) and it was timed with events instead: apply never runs it in a capture.
+    capturable: bool | None = None
 
 
 class Environment(Schema):

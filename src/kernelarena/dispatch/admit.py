@@ -88,6 +88,7 @@ def _timestamp(trace: Trace) -> str:
 
 def _combine(solution: str, traces: Sequence[Trace]) -> Measurement:
     medians, lows, highs, eager, host = [], [], [], [], []
+    capturable = True
     for trace in traces:
         assert trace.evaluation is not None and trace.evaluation.performance is not None
         performance = trace.evaluation.performance
@@ -98,6 +99,7 @@ def _combine(solution: str, traces: Sequence[Trace]) -> Measurement:
             eager.append(performance.eager_call_ms)
         if performance.host_submit_ms is not None:
             host.append(performance.host_submit_ms)
+        capturable = capturable and performance.capturable is not False
     # Eager and host figures only when every workload at the key has one: a median over some of
     # them is no figure for the key.
     return Measurement(
@@ -108,6 +110,7 @@ def _combine(solution: str, traces: Sequence[Trace]) -> Measurement:
         eager_ms=statistics.median(eager) if len(eager) == len(traces) else None,
         host_ms=statistics.median(host) if len(host) == len(traces) else None,
         workloads=len(traces),
+        capturable=capturable,
     )
 
 

@@ -7,7 +7,9 @@ The rules, in the order they apply (docs/apply.md says the same for users):
    nearest measured model of the same architecture's (``borrow.py``); content hashes present and
    equal to today's definition, solution and workload (a workload no longer in the dataset is
    checked against the copy inside the trace); on a CPU only Python solutions that target ``cpu``
-   (Triton runs on a CPU only under its interpreter, which a production process does not use).
+   (Triton runs on a CPU only under its interpreter, which a production process does not use);
+   ranked by GPU time (inside a CUDA graph), none whose graph failed when it was measured
+   (``Performance.capturable``).
 2. Shape key: the values of the definition's free var axes, in declaration order (derived axes
    follow from them), then the value (0 or 1) of each boolean scalar input: such a flag selects a
    variant of the computation (attention's causal mask does half the work), while numeric scalars
@@ -53,7 +55,7 @@ from pydantic import BaseModel, PrivateAttr
 
 from kernelarena.data import Definition, Workload
 
-FORMAT = 4
+FORMAT = 5
 NEAR_BUCKETS = 1
 # Rule 3: the eager figure is the eager time on a host this much slower than the measured one. The
 # same call's host cost differed by up to 2x between the lent GPU machines (a tvm-ffi launch 7.3
@@ -73,6 +75,7 @@ class Measurement(BaseModel):
     eager_ms: float | None = None  # per-call wall time of an eager loop
     host_ms: float | None = None  # host submit time of a call (``Performance.host_submit_ms``)
     workloads: int = 1
+    capturable: bool = True  # False: its graph failed when measured (``Performance.capturable``)
 
     def interval(self, by: RankBy) -> tuple[float, float, float]:
         """(median, p20, p80) of the figure ``by``; an eager figure (rule 3) has no spread."""
@@ -213,7 +216,11 @@ def build_table(
     borrowed_from: str | None = None,
 ) -> ApplyTable:
     """Rules 4-6 over the admitted timings, each key ranked by ``rank_by`` where every candidate
-    has that figure (rule 3)."""
+    has that figure (rule 3). Ranked by GPU time, the figure of calls inside a CUDA graph, a
+    solution whose graph failed when it was measured takes no part (rule 1)."""
+    if rank_by == "gpu":
+        timings = {k: [m for m in ms if m.capturable] for k, ms in timings.items()}
+        timings = {k: ms for k, ms in timings.items() if ms}
     timings = {key: _host_where_all(ms) for key, ms in timings.items()}
     ranked_by = {key: _figure_at(ms, rank_by) for key, ms in timings.items()}
     best_at = {key: min(m.interval(ranked_by[key])[0] for m in ms) for key, ms in timings.items()}

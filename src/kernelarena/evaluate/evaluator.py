@@ -143,18 +143,24 @@ class Evaluator:
         outcome = self._in_sandbox(definition, solution, workload, options, blob_root, notify)
         if self._capture_failed and options.allow_graph and _not_passed(outcome):
             # A capture the solution could not take part in (a host synchronization inside it)
-            # can leave its process unusable; a job that failed after one is timed again with
-            # events, in a fresh sandbox, as a call that cannot be captured must be.
+            # can leave its process unusable, and a graph can miss work its calls do (a launch on
+            # the legacy default stream): a job that failed in either is timed again with events,
+            # in a fresh sandbox, as a call that cannot be captured must be. apply never runs it
+            # inside a capture (``Performance.capturable``).
             first = _last_log_line(outcome)
             self.sandboxes.retire()
             without = replace(options, allow_graph=False)
             outcome = self._in_sandbox(definition, solution, workload, without, blob_root, notify)
-            if outcome.trace is not None and outcome.trace.evaluation is not None:
-                outcome.trace.evaluation.log = (
-                    f"a CUDA graph capture of the solution failed, and the job with it ({first}); "
-                    "timed again with CUDA events in a fresh sandbox.\n"
-                    + outcome.trace.evaluation.log
+            evaluation = outcome.trace.evaluation if outcome.trace is not None else None
+            if evaluation is not None:
+                evaluation.log = (
+                    f"the solution's CUDA graph failed (its capture, or replays that do not do the "
+                    f"work its calls do), and the job with it ({first}); timed again with CUDA "
+                    "events in a fresh sandbox: apply will not run it inside a CUDA graph.\n"
+                    + evaluation.log
                 )
+                if evaluation.performance is not None:
+                    evaluation.performance.capturable = False
         return outcome
 
     def _in_sandbox(
