@@ -7,7 +7,7 @@ Each build runs in a process of its own (``build_process``) behind the walls of 
 (``isolation.walled``: namespaces, a minimal file-system view; inside, ``confine.confine_sandbox``
 and the solution's cache namespace, ``solution_caches.enter``), so it writes the artifact where
 the solution's sandbox will look for it: the sandbox's own build is then a cache hit. A build
-that fails leaves its error in the build cache (``build.cache``), so the next run reports it
+that fails leaves its error in the build cache (``compile.cache``), so the next run reports it
 without compiling.
 
 How many at once (``pool_slots``): one build per core the judges leave free (a judge and its
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelarena.build.base import first_error
+from kernelarena.compile.base import first_error
 from kernelarena.data import Definition, Language, Solution
 
 # What one build may take at its peak: nvcc's cicc on a CUTLASS-style template kernel reaches
@@ -109,7 +109,7 @@ def build_target(device: str) -> str | None:
     if len(found) != 1:
         return None
     major, _, minor = found[0].partition(".")
-    return f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"  # as build.cuda.device_arch
+    return f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"  # as compile.cuda.device_arch
 
 
 @functools.cache
@@ -298,7 +298,7 @@ class BuildPool:
     def _writable(self) -> list[str]:
         """What a build may change besides its own temporary folder: the sandboxes' caches (it
         narrows that to its solution's own, as a sandbox does) or the trusted build cache."""
-        from kernelarena.build.cache import cache_root, sandbox_caches_root
+        from kernelarena.compile.cache import cache_root, sandbox_caches_root
 
         root = sandbox_caches_root() if self.namespaced else cache_root()
         root.mkdir(parents=True, exist_ok=True)

@@ -212,7 +212,7 @@ def _sandbox_writable() -> list[str]:
     temporary folder is added per sandbox. Everything
     else, the trusted build caches, the datasets and kernelarena's own files included, is
     read-only to solution code where the kernel has Landlock."""
-    from kernelarena.build.cache import sandbox_caches_root
+    from kernelarena.compile.cache import sandbox_caches_root
 
     root = sandbox_caches_root()
     # A folder that cannot be made here cannot be written by a sandbox either.

@@ -7,8 +7,8 @@ then outputs (destination-passing style). Architecture flags come from the solut
 without a GPU, sm_90a, so CI still compiles every CUDA solution.
 
 ``spec.dependencies`` names libraries to link (``cublas``, ``cuda_driver``) and header libraries
-(``cutlass``: CUTLASS and CuTe, see ``build/headers.py``), whose include folders and version join the
-compile and the cache key.
+(``cutlass``: CUTLASS and CuTe, see ``compile/headers.py``), whose include folders and version join
+the compile and the cache key.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kernelarena.build.base import BuildError, DependencyMissing, Runnable
-from kernelarena.build.cache import cache_key, cached_build, write_sources
-from kernelarena.build.headers import HEADER_LIBRARIES, header_dependencies
+from kernelarena.compile.base import BuildError, DependencyMissing, Runnable
+from kernelarena.compile.cache import cache_key, cached_build, write_sources
+from kernelarena.compile.headers import HEADER_LIBRARIES, header_dependencies
 from kernelarena.data import Definition, Language, Solution
 
 CUDA_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", "-DNDEBUG")
