@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from kernelarena.build import DependencyMissing, Runnable
+from kernelarena.compile import DependencyMissing, Runnable
 from kernelarena.data import Tolerance
 from kernelarena.evaluate.graph_timing import graph_calls, held_per_set, sets_filling_l2
 from kernelarena.testing import build, library_definition, reference

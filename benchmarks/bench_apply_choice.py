@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kernelarena
 import kernelarena.ops as ops
 from benchmarks import harness
-from kernelarena.build import BuildError, build_solution
+from kernelarena.compile import BuildError, build_solution
 from kernelarena.data import Definition, TraceSet, Workload
 from kernelarena.dispatch.calls import solution_call
 from kernelarena.dispatch.runtime import ApplyRuntime

@@ -50,7 +50,7 @@ import torch
 
 import kernelarena
 from benchmarks.harness import environment, write_report
-from kernelarena.build import build_solution
+from kernelarena.compile import build_solution
 from kernelarena.data import (
     BuildSpec,
     Definition,

@@ -37,7 +37,7 @@ from benchmarks.bench_apply_overhead import (
     measure,
 )
 from benchmarks.harness import environment, write_report
-from kernelarena.build import build_solution
+from kernelarena.compile import build_solution
 from kernelarena.data import TraceSet
 from kernelarena.evaluate.environment import hardware_name
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from kernelarena.build import DependencyMissing, Runnable
+from kernelarena.compile import DependencyMissing, Runnable
 from kernelarena.testing import build, library_definition, reference
 
 try:

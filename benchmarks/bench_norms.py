@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from kernelarena.build import DependencyMissing, build_solution
+from kernelarena.compile import DependencyMissing, build_solution
 from kernelarena.evaluate.graph_timing import graph_calls, held_per_set, sets_filling_l2
 from kernelarena.library.fused_add_rmsnorm import OPERATOR as FUSED
 from kernelarena.library.fused_add_rmsnorm import OPERATOR_INPLACE as FUSED_INPLACE

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from kernelarena.build.cache import sandbox_cache
+from kernelarena.compile.cache import sandbox_cache
 from kernelarena.evaluate.ceilings import measure_ceilings
 from kernelarena.evaluate.graph_timing import time_cuda_graph
 from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelarena.build import DependencyMissing, build_solution, builder_for
-from kernelarena.build.torch_extension import TorchExtensionBuilder
+from kernelarena.compile import DependencyMissing, build_solution, builder_for
+from kernelarena.compile.torch_extension import TorchExtensionBuilder
 from kernelarena.data import Status, TraceSet
 from kernelarena.evaluate.benchmark import Benchmark
 from kernelarena.evaluate.inputs import generate_inputs

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelarena.build import DependencyMissing, builder_for
-from kernelarena.build.cute_dsl import CuteDslBuilder
-from kernelarena.build.tilelang import TileLangBuilder
 from kernelarena.cli import app
+from kernelarena.compile import DependencyMissing, builder_for
+from kernelarena.compile.cute_dsl import CuteDslBuilder
+from kernelarena.compile.tilelang import TileLangBuilder
 from kernelarena.data import FLASHINFER_LANGUAGES, Language, TraceSet
 from tests.evaluate.bad_solutions import DEFINITION, solution, trace_set
 

@@ -13,13 +13,13 @@ import pytest
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 
 # Bottom to top. A module may import its own group and any layer below; the groups of one layer
-# are independent (evaluate and dispatch both stand on build, runtime and data, neither on the
+# are independent (evaluate and dispatch both stand on compile, runtime and data, neither on the
 # other). Names are the parts under kernelarena: a package or a top-level module.
 LAYERS: list[list[set[str]]] = [
     [{"data"}],
     [{"runtime"}],  # inputs, comparison, reference checks, hardware, names
     [{"library", "registry", "datasets"}],  # built-in operators, users' solutions, default dataset
-    [{"build"}],
+    [{"compile", "build"}],  # build: the old name of compile, an alias for one release
     [{"evaluate", "tune"}, {"dispatch"}, {"testing"}],
     [{"report"}, {"ops"}],
     [{"cli", "__main__"}],
@@ -127,16 +127,21 @@ def test_packages_import_downward_only() -> None:
     assert not wrong, "imports against the layer order (docs/architecture.md):\n" + "\n".join(wrong)
 
 
-def test_dispatch_uses_only_the_public_api_of_build() -> None:
-    """dispatch/ stands on build's package (``kernelarena.build``), not on its modules."""
+def test_dispatch_uses_only_the_public_api_of_compile() -> None:
+    """dispatch/ stands on compile's package (``kernelarena.compile``), not on its modules."""
     wrong = [
         f"{module} -> {target}"
         for module, targets in GRAPH.items()
         if part(module) == "dispatch" and module != "kernelarena.dispatch"
         for target in targets
-        if part(target) == "build" and target != "kernelarena.build"
+        if part(target) == "compile" and target != "kernelarena.compile"
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_nothing_imports_the_old_name_of_compile() -> None:
+    wrong = [module for module, targets in GRAPH.items() if "kernelarena.build" in targets]
+    assert not wrong, "import kernelarena.compile instead of its old name in: " + ", ".join(wrong)
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -198,8 +203,8 @@ def test_circles_are_found(graph: dict[str, set[str]], expected: list[list[str]]
 
 
 def test_the_graph_sees_lazy_imports_and_not_type_checking_ones() -> None:
-    # dispatch.state loads the default dataset inside enable_apply; build.base names its
+    # dispatch.state loads the default dataset inside enable_apply; compile.base names its
     # builders nowhere, not even for types.
     assert "kernelarena.datasets" in GRAPH["kernelarena.dispatch.state"]
     assert "kernelarena.dispatch.runtime" in GRAPH["kernelarena.dispatch.state"]
-    assert not any(t.startswith("kernelarena.build.") for t in GRAPH["kernelarena.build.base"])
+    assert not any(t.startswith("kernelarena.compile.") for t in GRAPH["kernelarena.compile.base"])

@@ -89,7 +89,7 @@ CHECKED_VARIANTS = ("cuda_early",)  # checked on every case besides the default
 
 def built(suffix: str, variant: str = "cuda", cache: dict = {}):  # noqa: B006 - per process
     if (suffix, variant) not in cache:
-        from kernelarena.build import build_solution
+        from kernelarena.compile import build_solution
 
         definition, solution = cuda_solution(suffix)
         if VARIANTS[variant]:

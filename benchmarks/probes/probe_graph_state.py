@@ -53,7 +53,7 @@ def _side_stream_work(device: torch.device, kernel: Callable[[], Any]) -> None:
 
 
 def run(scenario: str) -> str:
-    from kernelarena.build import build_solution
+    from kernelarena.compile import build_solution
     from kernelarena.evaluate import graph_timing
     from kernelarena.evaluate.graph_timing import graph_calls, sets_filling_l2, time_replays
     from kernelarena.library import load_library

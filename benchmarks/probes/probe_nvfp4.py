@@ -282,7 +282,7 @@ def build_patched(name: str, solution_dir: Path) -> object:
 
     import tvm_ffi.cpp
 
-    from kernelarena.build.cuda import CUDA_FLAGS
+    from kernelarena.compile.cuda import CUDA_FLAGS
 
     folder = Path(tempfile.mkdtemp(prefix=f"probe_{name}_"))
     for source in solution_dir.iterdir():

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from kernelarena.build import Runnable, build_solution
+from kernelarena.compile import Runnable, build_solution
 from kernelarena.evaluate.arena import Arena
 from kernelarena.evaluate.graph_timing import (
     capture_graph,

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from kernelarena.build import Runnable, build_solution
+from kernelarena.compile import Runnable, build_solution
 from kernelarena.data import Definition, Solution
 from kernelarena.library import load_library
 

@@ -10,7 +10,7 @@ import torch
 
 import kernelarena
 import kernelarena.ops as ops
-from kernelarena.build import build_solution
+from kernelarena.compile import build_solution
 from kernelarena.library import load_library
 from kernelarena.testing import assert_close
 from tests.dispatch.toys import add, timed, workload

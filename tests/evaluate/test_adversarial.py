@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import kernelarena.runtime.compare as judge_module
-from kernelarena.build.cache import cache_root, sandbox_cache
+from kernelarena.compile.cache import cache_root, sandbox_cache
 from kernelarena.data import Status, Trace
 from kernelarena.evaluate.benchmark import Benchmark
 from kernelarena.evaluate.bytecode import bytecode_folder

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelarena.build import CachedBuildError, build_solution, first_error
-from kernelarena.build.cache import sandbox_cache
+from kernelarena.compile import CachedBuildError, build_solution, first_error
+from kernelarena.compile.cache import sandbox_cache
 from kernelarena.data import BuildSpec, Solution, SourceFile, Status, TraceSet
 from kernelarena.evaluate.build_pool import (
     BuildOutcome,

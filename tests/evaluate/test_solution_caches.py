@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelarena.build.cache import sandbox_cache
+from kernelarena.compile.cache import sandbox_cache
 from kernelarena.evaluate.confine import landlock_abi
 from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE, namespace_of
 from kernelarena.library import load_library
+from tests import cli_process
 
 
 def test_library_solutions_share_a_namespace_and_others_get_their_content_hash() -> None:
@@ -40,7 +41,7 @@ def test_a_sandbox_that_entered_its_namespace_writes_there_and_nowhere_else(
         """
         import os, sys
         from pathlib import Path
-        from kernelarena.build.cache import cache_root, sandbox_cache, sandbox_caches_root
+        from kernelarena.compile.cache import cache_root, sandbox_cache, sandbox_caches_root
         from kernelarena.evaluate import solution_caches
         from kernelarena.evaluate.confine import confine_writes
 
@@ -63,7 +64,12 @@ def test_a_sandbox_that_entered_its_namespace_writes_there_and_nowhere_else(
         print("confined")
         """
     )
-    environment = {"KERNELARENA_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    # This test run's code (a checkout's src, not only the installed package), and nothing else.
+    environment = {
+        "KERNELARENA_CACHE": str(tmp_path / "cache"),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": cli_process.environment()["PYTHONPATH"],
+    }
     done = subprocess.run(
         [sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=60
     )

@@ -25,7 +25,7 @@ import pytest
 import torch
 import triton
 
-from kernelarena.build import DependencyMissing, Runnable
+from kernelarena.compile import DependencyMissing, Runnable
 from kernelarena.testing import assert_close, build, library_definition, reference
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -36,7 +36,7 @@ import sys
 import pytest
 import torch
 
-from kernelarena.build import Runnable
+from kernelarena.compile import Runnable
 from kernelarena.data import Workload
 from kernelarena.evaluate.compare import compare, inputs_unchanged
 from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for

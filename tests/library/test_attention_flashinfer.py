@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelarena.build import DependencyMissing
-from kernelarena.build.base import argument_names
-from kernelarena.build.python import check_python_dependencies
+from kernelarena.compile import DependencyMissing
+from kernelarena.compile.base import argument_names
+from kernelarena.compile.python import check_python_dependencies
 from tests.library.test_attention import check, workloads
 
 LIBRARY = Path(__file__).resolve().parents[2] / "src" / "kernelarena" / "library"
@@ -88,7 +88,7 @@ def test_solution_imports_and_spec_parses(operator: str) -> None:
 
 @pytest.mark.parametrize("operator", OPERATORS)
 def test_dependency_names_the_flashinfer_module(operator: str) -> None:
-    """A missing package is a skip (DependencyMissing); an installed one is found (build/python.py
+    """A missing package is a skip (DependencyMissing); an installed one is found (compile/python.py
     maps the distribution flashinfer-python to the module flashinfer)."""
     _, solution = registered_solutions(operator)[0]
     if HAS_FLASHINFER:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelarena.build import Runnable, build_solution
+from kernelarena.compile import Runnable, build_solution
 from kernelarena.data import Definition, Solution, Workload
 from kernelarena.library.attention_prefill import OPERATOR
 

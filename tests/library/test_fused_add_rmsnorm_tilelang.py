@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from kernelarena.build import DependencyMissing
-from kernelarena.build import tilelang as tilelang_builder
+from kernelarena.compile import DependencyMissing
+from kernelarena.compile import tilelang as tilelang_builder
 from kernelarena.testing import build, check_every_workload
 
 NAME = "fused_add_rmsnorm"

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import torch
 
-from kernelarena.build import DependencyMissing, Runnable
+from kernelarena.compile import DependencyMissing, Runnable
 from kernelarena.data import DType
 from kernelarena.evaluate.compare import compare, inputs_unchanged
 from kernelarena.evaluate.inputs import load_reference, random_tensor

@@ -23,7 +23,7 @@ import pytest
 import torch
 import triton
 
-from kernelarena.build import DependencyMissing, Runnable, build_solution
+from kernelarena.compile import DependencyMissing, Runnable, build_solution
 from kernelarena.data import Definition
 from kernelarena.library.fused_add_rmsnorm import OPERATOR as FUSED
 from kernelarena.library.fused_add_rmsnorm import OPERATOR_INPLACE as FUSED_INPLACE

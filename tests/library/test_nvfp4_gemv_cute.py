@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelarena.build import DependencyMissing
-from kernelarena.build.headers import CUTLASS_OVERRIDE
+from kernelarena.compile import DependencyMissing
+from kernelarena.compile.headers import CUTLASS_OVERRIDE
 from kernelarena.testing import build, check_every_workload
 
 NAME = "nvfp4_gemv"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -15,6 +15,9 @@ from kernelarena.cli.common import (
     load,
     select_or_exit,
 )
+
+if TYPE_CHECKING:
+    from kernelarena.dispatch.aot import Built
 
 
 @dispatch_app.command("show", short_help="Print the apply table of a definition.")
@@ -87,8 +90,6 @@ def build_command(
     without compiling, until its sources, flags or toolchain change (or --retry-failed)."""
     import os
 
-    from rich.table import Table
-
     from kernelarena.dispatch.aot import build_winners
     from kernelarena.evaluate.build_pool import pool_outcomes
     from kernelarena.evaluate.confined_build import build_in_sandbox
@@ -106,6 +107,14 @@ def build_command(
         confined=build_in_sandbox,
         pool=lambda pairs, device: pool_outcomes(pairs, device, namespaced=False),
     )
+    if not _print_builds(results):
+        raise typer.Exit(1)
+
+
+def _print_builds(results: list[Built]) -> bool:
+    """The builds as a table, each failure's error in full, and the counts; whether none failed."""
+    from rich.table import Table
+
     view = Table(title="ahead-of-time builds")
     for column in ("definition", "solution", "hardware", "status", "detail"):
         view.add_column(column)
@@ -121,5 +130,4 @@ def build_command(
         f"{len(results) - len(failed)} built or skipped, {len(failed)} failed"
         + ("" if results else " (no traces: nothing has won yet; run 'kernelarena run' first)")
     )
-    if failed:
-        raise typer.Exit(1)
+    return not failed

@@ -38,7 +38,7 @@ from kernelarena.evaluate.jobs import Job, Timeouts
 from kernelarena.evaluate.local import LocalExecutor
 
 if TYPE_CHECKING:
-    from kernelarena.data import TraceSet
+    from kernelarena.data import Definition, TraceSet
     from kernelarena.evaluate.ray_executor import RayExecutor
     from kernelarena.evaluate.runner import Executor, Plan, RunSummary
 
@@ -150,50 +150,119 @@ def run(
     check_dataset_folder(dataset)
     import_user_modules(imports or [])
     out = errors if as_json else console
-    timeouts = Timeouts(build_s=build_timeout, run_s=timeout)
-    runner_executor: Executor | None = None
+    workers = _Workers(
+        kind=executor,
+        device=device,
+        timeouts=Timeouts(build_s=build_timeout, run_s=timeout),
+        address=address,
+        ray_resources=ray_resources,
+        ray_accelerator=ray_accelerator,
+        ray_labels=ray_label,
+        ray_workers=ray_workers,
+    )
+    asked = _Asked(
+        names=names,
+        solutions=_split(solutions),
+        suite=suite,
+        dataset=dataset,
+        library=library,
+        trials=trials,
+        timing=not no_timing,
+    )
+    planned = _plan(workers, asked)
+    _say_what_runs(planned, out)
+    summary = _run_with_progress(planned.made.jobs, planned.executor, planned.user, resume, out)
+    if as_json:
+        sys.stdout.write(json.dumps(json_summary(summary, planned.made)) + "\n")
+    else:
+        print_results(planned.combined, summary, planned.on_gpu, console)
+    finish(summary, planned.made, out, allow_failures)
+
+
+@dataclass(frozen=True)
+class _Workers:
+    """Where the jobs run: ``--executor`` and the options that go with it."""
+
+    kind: str
+    device: str | None
+    timeouts: Timeouts
+    address: str | None = None
+    ray_resources: str | None = None
+    ray_accelerator: str | None = None
+    ray_labels: list[str] | None = None
+    ray_workers: int | None = None
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What the command line asks to run, and how to check it."""
+
+    names: list[str] | None
+    solutions: list[str] | None
+    suite: str | None
+    dataset: str | None
+    library: bool
+    trials: int
+    timing: bool
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """The started executor and the jobs planned for it."""
+
+    executor: Executor
+    devices: list[str]
+    on_gpu: bool
+    combined: TraceSet
+    user: TraceSet
+    definitions: list[Definition]
+    made: Plan
+    suite: str
+
+
+def _plan(workers: _Workers, asked: _Asked) -> _Planned:
+    """Start the executor first (its workers import torch while this process loads the datasets),
+    then plan the jobs; on an error the executor is closed and the command exits saying why."""
+    started: Executor | None = None
     try:
-        runner_executor, devices, on_gpu = _start_executor(
-            executor, address, device, timeouts, ray_resources, ray_accelerator, ray_label,
-            ray_workers,
-        )  # fmt: skip
+        started, devices, on_gpu = _start_executor(workers)
         from kernelarena.evaluate.options import Options
         from kernelarena.evaluate.runner import make_plan
 
-        combined, user = load(dataset)
-        chosen_suite = suite or ("all" if on_gpu else "smoke")
-        options = Options(trials=trials, timing=not no_timing)
+        combined, user = load(asked.dataset)
+        suite = asked.suite or ("all" if on_gpu else "smoke")
+        options = Options(trials=asked.trials, timing=asked.timing)
         if not on_gpu:  # a check's times: a few samples say what a hundred would
             options = cpu_check_options(options)
-        selection = _selection(user, names, dataset, library)
-        definitions = select_or_exit(combined, selection.names, dataset)
-        made = make_plan(
-            combined, selection.names, _split(solutions), chosen_suite, on_gpu, options
-        )
+        selection = _selection(user, asked.names, asked.dataset, asked.library)
+        definitions = select_or_exit(combined, selection.names, asked.dataset)
+        made = make_plan(combined, selection.names, asked.solutions, suite, on_gpu, options)
         selection.limit(made)
     except (ValueError, ImportError, RuntimeError, ConnectionError, typer.Exit) as error:
-        if runner_executor is not None:
-            runner_executor.close()
+        if started is not None:
+            started.close()
         if isinstance(error, typer.Exit):
             raise
         fail(str(error))
+    return _Planned(started, devices, on_gpu, combined, user, definitions, made, suite)
+
+
+def _say_what_runs(planned: _Planned, out: Console) -> None:
+    """The plan in one line and what it leaves out; with no job, why, and exit 1."""
     from kernelarena.report.progress import plan_summary
 
+    devices, made = planned.devices, planned.made
     several_cpus = len(devices) > 1 and set(devices) == {"cpu"}
     where = f"cpu ({len(devices)} workers)" if several_cpus else ", ".join(devices)
-    say(out, f"{plan_summary(made.jobs)} on {where}; traces go to {user.root}")
-    print_left_out(made, combined, out)
+    say(out, f"{plan_summary(made.jobs)} on {where}; traces go to {planned.user.root}")
+    print_left_out(made, planned.combined, out)
     if not made.jobs:
-        runner_executor.close()
-        for line in why_nothing_runs(combined, definitions, made, chosen_suite, on_gpu):
+        planned.executor.close()
+        for line in why_nothing_runs(
+            planned.combined, planned.definitions, made, planned.suite, planned.on_gpu
+        ):
             say(out, f"no job: {line}", "red")
         raise typer.Exit(1)
-    summary = _run_with_progress(made.jobs, runner_executor, user, resume, out)
-    if as_json:
-        sys.stdout.write(json.dumps(json_summary(summary, made)) + "\n")
-    else:
-        print_results(combined, summary, on_gpu, console)
-    finish(summary, made, out, allow_failures)
 
 
 def _run_with_progress(
@@ -215,35 +284,33 @@ def _run_with_progress(
         executor.close()
 
 
-def _start_executor(
-    kind: str,
-    address: str | None,
-    device: str | None,
-    timeouts: Timeouts,
-    ray_resources: str | None,
-    ray_accelerator: str | None,
-    ray_label: list[str] | None,
-    ray_workers: int | None,
-) -> tuple[Executor, list[str], bool]:
+def _start_executor(workers: _Workers) -> tuple[Executor, list[str], bool]:
     """The executor, launched (its workers import torch while this process loads the datasets),
     the devices it runs on, and whether they are GPUs."""
-    if kind == "ray":
+    if workers.kind == "ray":
         # The cluster decides where jobs run, and so whether the plan is for GPUs: a laptop
         # without one still plans the GPU suites for a Ray head on a GPU box.
-        ray_executor = _ray_executor(
-            address, device, timeouts, ray_resources, ray_accelerator, ray_label, ray_workers
-        )
+        ray_executor = _ray_executor(workers)
         on_gpu = ray_executor.uses_gpu()
-        where = f"the Ray cluster at {address or 'this machine'} ({'GPU' if on_gpu else 'CPU'})"
-        return ray_executor, [where], on_gpu
-    if ray_resources or ray_accelerator or ray_label or ray_workers:
+        cluster = workers.address or "this machine"
+        return (
+            ray_executor,
+            [f"the Ray cluster at {cluster} ({'GPU' if on_gpu else 'CPU'})"],
+            on_gpu,
+        )
+    if (
+        workers.ray_resources
+        or workers.ray_accelerator
+        or workers.ray_labels
+        or workers.ray_workers
+    ):
         raise ValueError("--ray-* options need --executor ray")
     from kernelarena.evaluate.devices import resolve_devices
 
-    devices = resolve_devices(device)
-    if device in (None, "", "auto") and devices == ["cpu"]:
+    devices = resolve_devices(workers.device)
+    if workers.device in (None, "", "auto") and devices == ["cpu"]:
         devices = ["cpu"] * cpu_check_workers()
-    local = _executor(kind, devices, timeouts)
+    local = _executor(workers.kind, devices, workers.timeouts)
     local.launch()
     return local, devices, any(d.startswith("cuda") for d in devices)
 
@@ -323,17 +390,10 @@ def _executor(kind: str, devices: list[str], timeouts: Timeouts) -> LocalExecuto
     raise typer.Exit(2)
 
 
-def _ray_executor(
-    address: str | None,
-    device: str | None,
-    timeouts: Timeouts,
-    resources: str | None,
-    accelerator: str | None,
-    labels: list[str] | None,
-    workers: int | None,
-) -> RayExecutor:
+def _ray_executor(workers: _Workers) -> RayExecutor:
     from kernelarena.evaluate.ray_executor import RayExecutor
 
+    device, resources = workers.device, workers.ray_resources
     if device not in (None, "", "auto", "cpu", "cuda"):
         raise ValueError(
             f"--device '{device}' with --executor ray: give auto, cpu or cuda; Ray assigns the GPUs"
@@ -344,17 +404,17 @@ def _ray_executor(
             f"--ray-resources: a JSON object such as '{{\"H100\": 1}}', not {resources}"
         )
     selector = {}
-    for label in labels or []:
+    for label in workers.ray_labels or []:
         key, equals, value = label.partition("=")
         if not equals:
             raise ValueError(f"--ray-label: '{label}' is not KEY=VALUE")
         selector[key] = value
     return RayExecutor(
-        address=address,
-        timeouts=timeouts,
+        address=workers.address,
+        timeouts=workers.timeouts,
         device=device or "auto",
         resources=asked,
-        accelerator_type=accelerator,
+        accelerator_type=workers.ray_accelerator,
         label_selector=selector,
-        workers=workers,
+        workers=workers.ray_workers,
     )

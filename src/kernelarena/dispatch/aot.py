@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import torch
 
-from kernelarena.build import (
+from kernelarena.compile import (
     LIBRARY_NAMESPACE,
     BuildError,
     DependencyMissing,

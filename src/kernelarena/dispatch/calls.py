@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kernelarena.build import Runnable
+from kernelarena.compile import Runnable
 from kernelarena.data import Definition
 from kernelarena.dispatch.signature import Binding, Style, passed_outputs
 from kernelarena.runtime.verify import reference_of

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kernelarena.build import Runnable
+from kernelarena.compile import Runnable
 from kernelarena.data import Definition
 from kernelarena.dispatch import calls
 from kernelarena.dispatch.calls import (

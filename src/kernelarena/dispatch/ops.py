@@ -149,29 +149,15 @@ def make_operator(
     first = members[0]
     names = [d.name for d in members]
     inputs = list(first.inputs)
-    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in inputs]
+    signature = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in inputs]
+    )
     aliased = [
         (k, inputs.index(s.aliases)) for k, s in enumerate(first.outputs.values()) if s.aliases
     ]
-
-    def unreachable(*args: Any) -> Any:
-        raise RuntimeError(f"{name}: no runtime holds its definitions {names}")
-
-    unreachable.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    unreachable.__qualname__ = unreachable.__name__ = name
-
-    def runtime_for() -> ApplyRuntime:
-        runtime = current_runtime()
-        if runtime is not None and all(n in runtime.trace_set.definitions for n in names):
-            return runtime
-        return _library_default()
-
-    label = f"{namespace}.ops.{name}" if namespace == "kernelarena" else f"{namespace}::{name}"
-    eager = routed(CallSite(names, unreachable, _default_fallback, runtime_for, label))
-
+    eager = _routed_eager(name, names, signature, namespace)
     custom = _custom_op(f"{namespace}::{name}", members, eager, aliased)
     compiled_op = getattr(getattr(torch.ops, namespace), name)
-    signature = inspect.Signature(parameters)
     is_compiling = torch.compiler.is_compiling
     empty_like, contiguous = torch.empty_like, torch.contiguous_format
 
@@ -205,6 +191,28 @@ def make_operator(
     operator.__kernelarena_site__ = site  # type: ignore[attr-defined]
     operator.definitions = names  # type: ignore[attr-defined]
     return operator
+
+
+def _routed_eager(
+    name: str, names: list[str], signature: inspect.Signature, namespace: str
+) -> Callable[..., Any]:
+    """The operator in eager mode: apply's call site over ``names``, in the runtime of apply where
+    that holds them all, else in the library's without traces (its default solutions)."""
+
+    def unreachable(*args: Any) -> Any:
+        raise RuntimeError(f"{name}: no runtime holds its definitions {names}")
+
+    unreachable.__signature__ = signature  # type: ignore[attr-defined]
+    unreachable.__qualname__ = unreachable.__name__ = name
+
+    def runtime_for() -> ApplyRuntime:
+        runtime = current_runtime()
+        if runtime is not None and all(n in runtime.trace_set.definitions for n in names):
+            return runtime
+        return _library_default()
+
+    label = f"{namespace}.ops.{name}" if namespace == "kernelarena" else f"{namespace}::{name}"
+    return routed(CallSite(names, unreachable, _default_fallback, runtime_for, label))
 
 
 def _custom_op(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import torch
 
-from kernelarena.build import BuildError, Runnable, build_solution
+from kernelarena.compile import BuildError, Runnable, build_solution
 from kernelarena.data import Definition, Language, Solution, TraceSet
 from kernelarena.dispatch.admit import admitted_for_device
 from kernelarena.dispatch.sites import forget_prepared

@@ -24,7 +24,7 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import ValidationError
 
-from kernelarena.build import cache_root
+from kernelarena.compile import cache_root
 from kernelarena.data import Definition, Trace, TraceSet
 from kernelarena.dispatch.borrow import sourced_timings
 from kernelarena.dispatch.table import FORMAT, NEAR_BUCKETS, ApplyTable, RankBy, build_table

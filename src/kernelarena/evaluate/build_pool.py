@@ -7,7 +7,7 @@ Each build runs in a process of its own (``build_process``) behind the walls of 
 (``isolation.walled``: namespaces, a minimal file-system view; inside, ``confine.confine_sandbox``
 and the solution's cache namespace, ``solution_caches.enter``), so it writes the artifact where
 the solution's sandbox will look for it: the sandbox's own build is then a cache hit. A build
-that fails leaves its error in the build cache (``build.cache``), so the next run reports it
+that fails leaves its error in the build cache (``compile.cache``), so the next run reports it
 without compiling.
 
 How many at once (``pool_slots``): one build per core the judges leave free (a judge and its
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelarena.build.base import first_error
+from kernelarena.compile.base import first_error
 from kernelarena.data import Definition, Language, Solution
 
 # What one build may take at its peak: nvcc's cicc on a CUTLASS-style template kernel reaches
@@ -109,7 +109,7 @@ def build_target(device: str) -> str | None:
     if len(found) != 1:
         return None
     major, _, minor = found[0].partition(".")
-    return f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"  # as build.cuda.device_arch
+    return f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"  # as compile.cuda.device_arch
 
 
 @functools.cache
@@ -298,7 +298,7 @@ class BuildPool:
     def _writable(self) -> list[str]:
         """What a build may change besides its own temporary folder: the sandboxes' caches (it
         narrows that to its solution's own, as a sandbox does) or the trusted build cache."""
-        from kernelarena.build.cache import cache_root, sandbox_caches_root
+        from kernelarena.compile.cache import cache_root, sandbox_caches_root
 
         root = sandbox_caches_root() if self.namespaced else cache_root()
         root.mkdir(parents=True, exist_ok=True)
@@ -311,8 +311,6 @@ class BuildPool:
 
     def _build(self, request: _Request) -> BuildOutcome:
         """One build in a confined process; its reply (a claim, like a sandbox's) read as data."""
-        from kernelarena.evaluate import isolation
-        from kernelarena.evaluate.confine import descendants, kill_all
         from kernelarena.evaluate.worker import read_tail
 
         started = time.monotonic()
@@ -320,47 +318,9 @@ class BuildPool:
         try:
             tmp = folder / "tmp"
             tmp.mkdir()
-            asked, reply_path = tmp / "request.json", tmp / "reply.json"
-            asked.write_text(
-                json.dumps(
-                    {
-                        "definition": request.definition.to_json_dict(),
-                        "solution": request.solution.to_json_dict(),
-                        "target": request.target,
-                        "namespace": self._namespace(request.solution),
-                    }
-                )
-            )
-            writable = [*self._writable(), str(tmp)]
-            command = [
-                *(sys.executable, "-m", "kernelarena.evaluate.build_process"),
-                *(str(asked), str(reply_path), *writable),
-            ]
-            walls = isolation.walls()
-            command, environment = isolation.walled(command, writable, tmp, walls)
-            environment["MAX_JOBS"] = "1"  # the pool is the parallelism
-            log_path = folder / "build.log"
-            with open(log_path, "ab") as output:
-                process = subprocess.Popen(
-                    command,
-                    env=environment,
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=output,
-                    start_new_session=not walls.available,
-                )
-            with self._lock:
-                self._running[request.key] = process
-            try:
-                process.wait(timeout=self.timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                kill_all([*descendants(process.pid), process.pid])
-                process.wait()
-                timed_out = True
-            finally:
-                with self._lock:
-                    self._running.pop(request.key, None)
+            reply_path, log_path = tmp / "reply.json", folder / "build.log"
+            process = self._start(request, tmp, reply_path, log_path)
+            timed_out = self._wait(request.key, process)
             seconds = time.monotonic() - started
             if timed_out:
                 log = f"the build took longer than {self.timeout_s:g} s; it was stopped\n"
@@ -374,6 +334,60 @@ class BuildPool:
             return _outcome(reply, started, seconds)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _start(
+        self, request: _Request, tmp: Path, reply_path: Path, log_path: Path
+    ) -> subprocess.Popen[bytes]:
+        """The build's process, walled in (it may write ``tmp`` and its caches), started on the
+        request written into ``tmp``; it answers in ``reply_path`` and prints to ``log_path``."""
+        from kernelarena.evaluate import isolation
+
+        asked = tmp / "request.json"
+        asked.write_text(
+            json.dumps(
+                {
+                    "definition": request.definition.to_json_dict(),
+                    "solution": request.solution.to_json_dict(),
+                    "target": request.target,
+                    "namespace": self._namespace(request.solution),
+                }
+            )
+        )
+        writable = [*self._writable(), str(tmp)]
+        command = [
+            *(sys.executable, "-m", "kernelarena.evaluate.build_process"),
+            *(str(asked), str(reply_path), *writable),
+        ]
+        walls = isolation.walls()
+        command, environment = isolation.walled(command, writable, tmp, walls)
+        environment["MAX_JOBS"] = "1"  # the pool is the parallelism
+        with open(log_path, "ab") as output:
+            process = subprocess.Popen(
+                command,
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                start_new_session=not walls.available,
+            )
+        with self._lock:
+            self._running[request.key] = process
+        return process
+
+    def _wait(self, key: Key, process: subprocess.Popen[bytes]) -> bool:
+        """Wait for the build; whether it ran out of time (then it and all it started are killed)."""
+        from kernelarena.evaluate.confine import descendants, kill_all
+
+        try:
+            process.wait(timeout=self.timeout_s)
+            return False
+        except subprocess.TimeoutExpired:
+            kill_all([*descendants(process.pid), process.pid])
+            process.wait()
+            return True
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
 
 
 def _read_reply(path: Path) -> dict[str, Any] | None:

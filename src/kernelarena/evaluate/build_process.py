@@ -25,7 +25,7 @@ from kernelarena.evaluate.build_pool import NICENESS
 
 
 def build(request: dict[str, Any], writable: list[str], confined: bool) -> dict[str, Any]:
-    from kernelarena.build import BuildError, CachedBuildError, DependencyMissing, build_solution
+    from kernelarena.compile import BuildError, CachedBuildError, DependencyMissing, build_solution
     from kernelarena.data import Definition, Solution
 
     namespace = request.get("namespace")

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kernelarena.build import cache_root
+from kernelarena.compile import cache_root
 from kernelarena.data import Definition, Solution
 
 STARTUP_TIMEOUT_S = 600.0

@@ -282,7 +282,7 @@ def walled(
     capabilities: Iterable[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """A sandbox's command and environment: inside bwrap's walls where ``found`` says they stand."""
-    from kernelarena.build.cache import cache_base
+    from kernelarena.compile.cache import cache_base
     from kernelarena.evaluate.bytecode import bytecode_folder, with_bytecode
 
     inherited = with_bytecode(dict(os.environ), writes=False)

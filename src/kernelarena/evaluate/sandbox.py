@@ -127,7 +127,7 @@ class Sandbox:
         solution_json: dict[str, Any],
         namespace: str | None = None,
     ) -> Any:
-        from kernelarena.build import BuildError, DependencyMissing, build_solution
+        from kernelarena.compile import BuildError, DependencyMissing, build_solution
         from kernelarena.data import Definition, Solution
 
         if namespace is not None and namespace != self.namespace:
@@ -419,7 +419,7 @@ def serve(
     device = torch.device(device_name)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    import kernelarena.build  # noqa: F401  (its imports, before the first request waits on them)
+    import kernelarena.compile  # noqa: F401  (its imports, before the first request waits on them)
 
     sandbox = Sandbox(conn, device, writable, confined="Landlock ABI" in confinement)
     if device.type != "cuda":

@@ -3,12 +3,12 @@ solution's sandbox and no trusted process ever loads.
 
 A sandbox serves one solution. Before that solution is built it enters the solution's namespace
 (``enter``): kernelarena's build cache, Triton's, Inductor's, the CUDA driver's and the home folder
-point into ``build.cache.sandbox_cache(namespace)``, and (where Landlock holds) a second layer of
+point into ``compile.cache.sandbox_cache(namespace)``, and (where Landlock holds) a second layer of
 confinement leaves that folder the only cache it may change. The namespace is the solution's
 content hash, so a solution rerun finds its own builds; the library's solutions share one,
 ``library``, since their code is kernelarena's own: the benchmarks load the compiled peer's
 Inductor cache from there (``benchmarks/harness.py``), and apply in a user's program builds in the
-trusted ``build.cache.cache_root()``, which no sandbox can write.
+trusted ``compile.cache.cache_root()``, which no sandbox can write.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from kernelarena.build.cache import LIBRARY_NAMESPACE as LIBRARY_NAMESPACE  # re-exported
-from kernelarena.build.cache import namespace_of as namespace_of  # re-exported
-from kernelarena.build.cache import sandbox_cache, sandbox_caches_root
+from kernelarena.compile.cache import LIBRARY_NAMESPACE as LIBRARY_NAMESPACE  # re-exported
+from kernelarena.compile.cache import namespace_of as namespace_of  # re-exported
+from kernelarena.compile.cache import sandbox_cache, sandbox_caches_root
 
 
 def cache_environment(folder: Path) -> dict[str, str]:

@@ -20,7 +20,10 @@ import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kernelarena.evaluate.evaluator import Evaluator
 
 LOG_TAIL = 6000
 
@@ -29,6 +32,32 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
     entered = time.time()
     redirect_output(log_path)
     _exit_with_parent()
+    evaluator, environment, phases_s = _start_judge(device_name, log_path, measure_ceilings)
+    startup = {"phases_s": phases_s, "entered_at": entered, "ready_at": time.time()}
+    print(f"kernelarena worker on {device_name} ready: {describe_startup(startup)}", flush=True)
+    conn.send(("ready", environment, startup))
+    profile_dir = os.environ.get("KERNELARENA_WORKER_PROFILE")
+    if profile_dir:  # a development aid: where a run's time goes inside the worker
+        _serve_profiled(conn, evaluator, log_path, Path(profile_dir))
+    else:
+        _serve(conn, evaluator, log_path)
+    evaluator.close()
+    # Done: every result is sent, the sandboxes are killed and the log flushed. Skipping the
+    # interpreter's teardown saves ~0.5 s; the kernel's teardown of the CUDA context (0.3-0.4 s on
+    # an H100, with the sandboxes' going at once) is left to happen after "closed", which tells
+    # the executor that it need not wait for it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        conn.send(("closed",))
+    os._exit(0)
+
+
+def _start_judge(
+    device_name: str, log_path: str, measure_ceilings: bool
+) -> tuple[Evaluator, dict[str, Any], dict[str, float]]:
+    """Confine this process, start the first sandbox, import torch, make the device's context and
+    measure its ceilings: the evaluator, the environment traces record, and each phase's seconds."""
     from kernelarena.evaluate.confine import guard_judge
     from kernelarena.evaluate.sandboxes import Sandboxes
 
@@ -67,33 +96,21 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
     if device.type == "cuda":
         evaluator.warm_up_in_background()
     phases.done("environment_s")
-    startup = {"phases_s": phases.seconds, "entered_at": entered, "ready_at": time.time()}
-    print(f"kernelarena worker on {device_name} ready: {describe_startup(startup)}", flush=True)
-    conn.send(("ready", environment, startup))
-    profile_dir = os.environ.get("KERNELARENA_WORKER_PROFILE")
-    if profile_dir:  # a development aid: where a run's time goes inside the worker
-        import cProfile
+    return evaluator, environment, phases.seconds
 
-        profiler = cProfile.Profile()
-        profiler.enable()
-        try:
-            _serve(conn, evaluator, log_path)
-        finally:
-            profiler.disable()
-            Path(profile_dir).mkdir(parents=True, exist_ok=True)
-            profiler.dump_stats(str(Path(profile_dir) / f"worker-{os.getpid()}.prof"))
-    else:
+
+def _serve_profiled(conn: Connection, evaluator: Evaluator, log_path: str, folder: Path) -> None:
+    """``_serve`` under cProfile, its statistics written to ``folder/worker-<pid>.prof``."""
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
         _serve(conn, evaluator, log_path)
-    evaluator.close()
-    # Done: every result is sent, the sandboxes are killed and the log flushed. Skipping the
-    # interpreter's teardown saves ~0.5 s; the kernel's teardown of the CUDA context (0.3-0.4 s on
-    # an H100, with the sandboxes' going at once) is left to happen after "closed", which tells
-    # the executor that it need not wait for it.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with contextlib.suppress(OSError):
-        conn.send(("closed",))
-    os._exit(0)
+    finally:
+        profiler.disable()
+        folder.mkdir(parents=True, exist_ok=True)
+        profiler.dump_stats(str(folder / f"worker-{os.getpid()}.prof"))
 
 
 def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
@@ -212,7 +229,7 @@ def _sandbox_writable() -> list[str]:
     temporary folder is added per sandbox. Everything
     else, the trusted build caches, the datasets and kernelarena's own files included, is
     read-only to solution code where the kernel has Landlock."""
-    from kernelarena.build.cache import sandbox_caches_root
+    from kernelarena.compile.cache import sandbox_caches_root
 
     root = sandbox_caches_root()
     # A folder that cannot be made here cannot be written by a sandbox either.

@@ -160,7 +160,7 @@ def main(argv: list[str]) -> None:
     control = Connection(control_fd)
     import torch  # noqa: F401  (what every fork would import: here once)
 
-    import kernelarena.build
+    import kernelarena.compile
     import kernelarena.evaluate.sandbox  # noqa: F401
 
     with contextlib.suppress(ImportError):

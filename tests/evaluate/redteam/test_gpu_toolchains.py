@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelarena.build.cache import sandbox_caches_root
+from kernelarena.compile.cache import sandbox_caches_root
 from kernelarena.evaluate.sandboxes import Sandbox
 from kernelarena.evaluate.solution_caches import namespace_of
 from kernelarena.library import load_library

@@ -42,9 +42,86 @@ _TOLERANCES = {
 _DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
+# The same shapes for both forms.
+_WORKLOADS = (
+    *(
+        WorkloadSpec({"rows": r, "two_d": w}, tags=("smoke", "correctness"))
+        for r, w in _SHAPES_SMOKE
+    ),
+    *(WorkloadSpec({"rows": r, "two_d": w}, tags=("correctness",)) for r, w in _SHAPES_CORRECTNESS),
+    WorkloadSpec({"rows": 9, "two_d": 2000}, tags=("correctness",), params={"row_stride": 3072}),
+    # The exponentials overflow at gate = -30 and vanish at +30: GELU gives -0 and 30.
+    WorkloadSpec({"rows": 4, "two_d": 512}, tags=("correctness",), params={"gate_range": 30.0}),
+    # A million rows, past CUDA's gridDim.y (65535): the kernels loop over rows.
+    WorkloadSpec(
+        {"rows": 1_000_000, "two_d": 272}, tags=("correctness", "large"), variants=("bf16",)
+    ),
+    *(WorkloadSpec({"rows": r, "two_d": w}, tags=("performance",)) for r, w in _SHAPES_PERFORMANCE),
+)
+
+
 def _operator(tanh: bool) -> OperatorSpec:
-    entry = "run_tanh" if tanh else "run"
     gelu = "gelu_tanh" if tanh else "gelu"
+    return OperatorSpec(
+        name=f"{gelu}_and_mul",
+        op_type="activation",
+        description=f"out = {gelu}(x[:, :d]) * x[:, d:] (gate first), in float32, rounded once.",
+        folder=Path(__file__).parent,
+        reference="reference_tanh.py" if tanh else "reference.py",
+        axes={
+            "rows": var("rows of x (any count, 0 included)"),
+            "two_d": var("width of x: the gate half then the up half"),
+            "d": derived("two_d // 2", "width of out"),
+        },
+        constraints=("two_d % 2 == 0",),
+        inputs={"x": tensor(["rows", "two_d"], "{dtype}", "gate | up; rows may be strided")},
+        outputs={"out": tensor(["rows", "d"], "{dtype}")},
+        bytes_moved="nbytes('x') + nbytes('out')",
+        flops=("10" if tanh else "8")
+        + " * rows * d",  # the GELU polynomial or erf, then the product
+        variants=tuple(
+            Variant(s, {"dtype": _DTYPES[s]}, {"out": t}) for s, t in _TOLERANCES.items()
+        ),
+        workloads=_WORKLOADS,
+        solutions=(*_kernels(tanh), *_peers(tanh)),
+    )
+
+
+def _kernels(tanh: bool) -> tuple[SolutionSpec, ...]:
+    """This folder's own kernels; each file holds both forms (``run``, ``run_tanh``)."""
+    entry = "run_tanh" if tanh else "run"
+    return (
+        SolutionSpec(
+            "triton",
+            "triton",
+            f"triton/gelu_and_mul.py::{entry}",
+            targets=("cuda", "cpu"),
+            description="Tiles tuned on the device (6 candidates, 512 to 4096 outputs)"
+            + (
+                "; GELU as g * sigmoid(2 z) with exp2."
+                if tanh
+                else "; the normal CDF from a branch-free erfc (one exp2)."
+            ),
+        ),
+        SolutionSpec(
+            "cuda",
+            "cuda",
+            f"cuda/gelu_and_mul.cu::{entry}",
+            targets=("sm_90a",),
+            description="16-byte streaming loads of both halves"
+            + (
+                "; GELU as g * sigmoid(2 z) with __expf."
+                if tanh
+                else "; the normal CDF from a branch-free erfc (one exp2f)."
+            ),
+        ),
+    )
+
+
+def _peers(tanh: bool) -> list[SolutionSpec]:
+    """What the kernels are measured against: torch eager and compiled, and Liger for the tanh
+    form (Liger has no exact-GELU kernel)."""
+    entry = "run_tanh" if tanh else "run"
     peers = [
         SolutionSpec(
             "torch_eager",
@@ -76,79 +153,7 @@ def _operator(tanh: bool) -> OperatorSpec:
                 "(copied contiguous).",
             )
         )
-    return OperatorSpec(
-        name=f"{gelu}_and_mul",
-        op_type="activation",
-        description=f"out = {gelu}(x[:, :d]) * x[:, d:] (gate first), in float32, rounded once.",
-        folder=Path(__file__).parent,
-        reference="reference_tanh.py" if tanh else "reference.py",
-        axes={
-            "rows": var("rows of x (any count, 0 included)"),
-            "two_d": var("width of x: the gate half then the up half"),
-            "d": derived("two_d // 2", "width of out"),
-        },
-        constraints=("two_d % 2 == 0",),
-        inputs={"x": tensor(["rows", "two_d"], "{dtype}", "gate | up; rows may be strided")},
-        outputs={"out": tensor(["rows", "d"], "{dtype}")},
-        bytes_moved="nbytes('x') + nbytes('out')",
-        flops=("10" if tanh else "8")
-        + " * rows * d",  # the GELU polynomial or erf, then the product
-        variants=tuple(
-            Variant(s, {"dtype": _DTYPES[s]}, {"out": t}) for s, t in _TOLERANCES.items()
-        ),
-        workloads=(
-            *(
-                WorkloadSpec({"rows": r, "two_d": w}, tags=("smoke", "correctness"))
-                for r, w in _SHAPES_SMOKE
-            ),
-            *(
-                WorkloadSpec({"rows": r, "two_d": w}, tags=("correctness",))
-                for r, w in _SHAPES_CORRECTNESS
-            ),
-            WorkloadSpec(
-                {"rows": 9, "two_d": 2000}, tags=("correctness",), params={"row_stride": 3072}
-            ),
-            # The exponentials overflow at gate = -30 and vanish at +30: GELU gives -0 and 30.
-            WorkloadSpec(
-                {"rows": 4, "two_d": 512}, tags=("correctness",), params={"gate_range": 30.0}
-            ),
-            # A million rows, past CUDA's gridDim.y (65535): the kernels loop over rows.
-            WorkloadSpec(
-                {"rows": 1_000_000, "two_d": 272}, tags=("correctness", "large"), variants=("bf16",)
-            ),
-            *(
-                WorkloadSpec({"rows": r, "two_d": w}, tags=("performance",))
-                for r, w in _SHAPES_PERFORMANCE
-            ),
-        ),
-        solutions=(
-            SolutionSpec(
-                "triton",
-                "triton",
-                f"triton/gelu_and_mul.py::{entry}",
-                targets=("cuda", "cpu"),
-                description="Tiles tuned on the device (6 candidates, 512 to 4096 outputs)"
-                + (
-                    "; GELU as g * sigmoid(2 z) with exp2."
-                    if tanh
-                    else "; the normal CDF from a branch-free erfc (one exp2)."
-                ),
-            ),
-            SolutionSpec(
-                "cuda",
-                "cuda",
-                f"cuda/gelu_and_mul.cu::{entry}",
-                targets=("sm_90a",),
-                description="16-byte streaming loads of both halves"
-                + (
-                    "; GELU as g * sigmoid(2 z) with __expf."
-                    if tanh
-                    else "; the normal CDF from a branch-free erfc (one exp2f)."
-                ),
-            ),
-            *peers,
-        ),
-    )
+    return peers
 
 
 # One folder serves both of FlashInfer's names: gelu_and_mul (erf) and gelu_tanh_and_mul.

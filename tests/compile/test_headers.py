@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelarena.build import DependencyMissing, build_solution
-from kernelarena.build.headers import CUTLASS_OVERRIDE, cutlass_headers, header_dependencies
+from kernelarena.compile import DependencyMissing, build_solution
+from kernelarena.compile.headers import CUTLASS_OVERRIDE, cutlass_headers, header_dependencies
 from kernelarena.data import AxisVar, BuildSpec, Definition, Solution, SourceFile, TensorSpec
 
 DEFINITION = Definition(
@@ -118,7 +118,7 @@ def test_cute_solution_compiles_for_sm90a(monkeypatch, tmp_path):
 def test_cute_without_the_dependency_does_not_find_the_headers(monkeypatch, tmp_path):
     """Without ``dependencies: ["cutlass"]`` the include folders are not added: the compile fails
     on the missing header (a BuildError naming it), it does not pick up a stray copy."""
-    from kernelarena.build import BuildError
+    from kernelarena.compile import BuildError
 
     monkeypatch.setenv("KERNELARENA_CACHE", str(tmp_path))
     with pytest.raises(BuildError, match=r"cute/tensor\.hpp"):

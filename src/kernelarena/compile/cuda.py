@@ -7,8 +7,8 @@ then outputs (destination-passing style). Architecture flags come from the solut
 without a GPU, sm_90a, so CI still compiles every CUDA solution.
 
 ``spec.dependencies`` names libraries to link (``cublas``, ``cuda_driver``) and header libraries
-(``cutlass``: CUTLASS and CuTe, see ``build/headers.py``), whose include folders and version join the
-compile and the cache key.
+(``cutlass``: CUTLASS and CuTe, see ``compile/headers.py``), whose include folders and version join
+the compile and the cache key.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import functools
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from kernelarena.build.base import BuildError, DependencyMissing, Runnable
-from kernelarena.build.cache import cache_key, cached_build, write_sources
-from kernelarena.build.headers import HEADER_LIBRARIES, header_dependencies
+from kernelarena.compile.base import BuildError, DependencyMissing, Runnable
+from kernelarena.compile.cache import cache_key, cached_build, write_sources
+from kernelarena.compile.headers import HEADER_LIBRARIES, header_dependencies
 from kernelarena.data import Definition, Language, Solution
 
 CUDA_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", "-DNDEBUG")
@@ -100,14 +100,8 @@ class CudaBuilder:
         except ImportError:
             raise DependencyMissing("apache-tvm-ffi is not installed") from None
         arch = choose_arch(solution, device)
-        link: list[str] = [f"-L{cuda_home() / 'lib64'}"]
-        for dependency in solution.spec.dependencies:
-            if dependency not in _LINK and dependency not in HEADER_LIBRARIES:
-                known = sorted([*_LINK, *HEADER_LIBRARIES])
-                raise BuildError(f"spec.dependencies: '{dependency}' is not one of {known}")
-            link += _LINK.get(dependency, ())
+        link = link_flags(solution.spec.dependencies)
         headers = header_dependencies(solution.spec.dependencies)
-        includes = [path for h in headers for path in h.include_paths]
         sources = [(s.path, s.content) for s in solution.sources]
         key = cache_key(
             kind="tvm_ffi",
@@ -120,35 +114,13 @@ class CudaBuilder:
             headers=[(h.name, h.version) for h in headers] or None,
         )
         name = f"solution_{key}"
-
-        def compile_into(folder: Path) -> None:
-            write_sources(folder, sources)
-            cuda_files = [str(folder / p) for p, _ in sources if p.endswith(_CUDA_SUFFIXES)]
-            cpp_files = [str(folder / p) for p, _ in sources if p.endswith(_CPP_SUFFIXES)]
-            if not cuda_files and not cpp_files:
-                raise BuildError("sources: no .cu or .cpp file to compile")
-            environment = {
-                "CUDA_HOME": str(cuda_home()),
-                "TVM_FFI_CUDA_ARCH_LIST": arch_list_entry(arch),
-            }
-            with environment_set(environment):
-                try:
-                    tvm_ffi.cpp.build(
-                        name=name,
-                        cuda_files=cuda_files or None,
-                        cpp_files=cpp_files or None,
-                        extra_cuda_cflags=list(CUDA_FLAGS),
-                        extra_cflags=["-O3", "-std=c++17"],
-                        extra_ldflags=link,
-                        extra_include_paths=[str(folder), *includes],
-                        build_directory=str(folder),
-                    )
-                except Exception as error:
-                    raise BuildError(
-                        f"compiling for sm_{arch} failed:\n{trim_log(str(error))}"
-                    ) from None
-
-        library = cached_build("tvm_ffi", key, f"{name}.so", compile_into)
+        includes = [path for h in headers for path in h.include_paths]
+        library = cached_build(
+            "tvm_ffi",
+            key,
+            f"{name}.so",
+            lambda folder: _compile(folder, name, arch, sources, link, includes),
+        )
         try:
             module = tvm_ffi.load_module(str(library))
             fn = getattr(module, solution.spec.entry_symbol)
@@ -166,6 +138,50 @@ class CudaBuilder:
             artifact=str(library),
             metadata={"arch": f"sm_{arch}", "module": module},
         )
+
+
+def link_flags(dependencies: Sequence[str]) -> list[str]:
+    """The linker flags: CUDA's libraries, and those ``spec.dependencies`` names."""
+    link: list[str] = [f"-L{cuda_home() / 'lib64'}"]
+    for dependency in dependencies:
+        if dependency not in _LINK and dependency not in HEADER_LIBRARIES:
+            known = sorted([*_LINK, *HEADER_LIBRARIES])
+            raise BuildError(f"spec.dependencies: '{dependency}' is not one of {known}")
+        link += _LINK.get(dependency, ())
+    return link
+
+
+def _compile(
+    folder: Path,
+    name: str,
+    arch: str,
+    sources: list[tuple[str, str]],
+    link: list[str],
+    includes: list[str],
+) -> None:
+    """Write the sources into ``folder`` and compile them there into ``<name>.so`` with tvm-ffi."""
+    import tvm_ffi.cpp
+
+    write_sources(folder, sources)
+    cuda_files = [str(folder / p) for p, _ in sources if p.endswith(_CUDA_SUFFIXES)]
+    cpp_files = [str(folder / p) for p, _ in sources if p.endswith(_CPP_SUFFIXES)]
+    if not cuda_files and not cpp_files:
+        raise BuildError("sources: no .cu or .cpp file to compile")
+    environment = {"CUDA_HOME": str(cuda_home()), "TVM_FFI_CUDA_ARCH_LIST": arch_list_entry(arch)}
+    with environment_set(environment):
+        try:
+            tvm_ffi.cpp.build(
+                name=name,
+                cuda_files=cuda_files or None,
+                cpp_files=cpp_files or None,
+                extra_cuda_cflags=list(CUDA_FLAGS),
+                extra_cflags=["-O3", "-std=c++17"],
+                extra_ldflags=link,
+                extra_include_paths=[str(folder), *includes],
+                build_directory=str(folder),
+            )
+        except Exception as error:
+            raise BuildError(f"compiling for sm_{arch} failed:\n{trim_log(str(error))}") from None
 
 
 def arch_list_entry(arch: str) -> str:

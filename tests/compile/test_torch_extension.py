@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelarena.build import BuildError, DependencyMissing, build_solution, builder_for
-from kernelarena.build.cuda import CudaBuilder, cuda_home
-from kernelarena.build.torch_extension import TorchExtensionBuilder
+from kernelarena.compile import BuildError, DependencyMissing, build_solution, builder_for
+from kernelarena.compile.cuda import CudaBuilder, cuda_home
+from kernelarena.compile.torch_extension import TorchExtensionBuilder
 from kernelarena.data import (
     AxisVar,
     BuildSpec,

@@ -89,7 +89,7 @@ def cached_build(kind: str, key: str, artifact_name: str, build: Callable[[Path]
     """Return ``<cache>/<kind>/<key>/<artifact_name>``, running ``build(folder)`` at most once;
     a ``BuildError`` it raised is raised again for this key without building."""
     # Here, not at the top: the sandboxes' start-up reads ``cache_base`` without the schemas.
-    from kernelarena.build.base import BuildError, DependencyMissing
+    from kernelarena.compile.base import BuildError, DependencyMissing
 
     folder = cache_root() / kind / key
     artifact = folder / artifact_name
@@ -119,7 +119,7 @@ def cached_build(kind: str, key: str, artifact_name: str, build: Callable[[Path]
 def _raise_cached_failure(folder: Path) -> None:
     """Raise the error a build of this key failed with before, if one is kept (and no retry is
     asked for: then it is dropped)."""
-    from kernelarena.build.base import CachedBuildError
+    from kernelarena.compile.base import CachedBuildError
 
     kept = folder / ERROR_FILE
     if not kept.exists():

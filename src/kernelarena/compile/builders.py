@@ -3,12 +3,12 @@ binding). The builders import ``base``; this module imports them, so nothing imp
 
 from __future__ import annotations
 
-from kernelarena.build.base import Builder, BuildError, Runnable
-from kernelarena.build.cuda import CudaBuilder
-from kernelarena.build.cute_dsl import CuteDslBuilder
-from kernelarena.build.python import PythonBuilder
-from kernelarena.build.tilelang import TileLangBuilder
-from kernelarena.build.torch_extension import TorchExtensionBuilder
+from kernelarena.compile.base import Builder, BuildError, Runnable
+from kernelarena.compile.cuda import CudaBuilder
+from kernelarena.compile.cute_dsl import CuteDslBuilder
+from kernelarena.compile.python import PythonBuilder
+from kernelarena.compile.tilelang import TileLangBuilder
+from kernelarena.compile.torch_extension import TorchExtensionBuilder
 from kernelarena.data import Definition, Language, Solution
 
 # spec.binding of CUDA and C++ solutions (FlashInfer-Bench's names); none means tvm-ffi.

@@ -12,8 +12,8 @@ import sys
 import types
 from pathlib import Path
 
-from kernelarena.build.base import BuildError, DependencyMissing, Runnable, check_signature
-from kernelarena.build.cache import cache_key, cached_build, write_sources
+from kernelarena.compile.base import BuildError, DependencyMissing, Runnable, check_signature
+from kernelarena.compile.cache import cache_key, cached_build, write_sources
 from kernelarena.data import Definition, Language, Solution
 
 # Dependencies that name a distribution whose import name differs.

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelarena.build.base import DependencyMissing
+from kernelarena.compile.base import DependencyMissing
 
 CUTLASS_EXTRA = "kernelarena[cute]"
 CUTLASS_OVERRIDE = "KERNELARENA_CUTLASS_DIR"

@@ -21,9 +21,9 @@ import sys
 import types
 from pathlib import Path
 
-from kernelarena.build.base import BuildError, DependencyMissing, Runnable
-from kernelarena.build.cache import cache_key, cached_build, write_sources
-from kernelarena.build.cuda import (
+from kernelarena.compile.base import BuildError, DependencyMissing, Runnable
+from kernelarena.compile.cache import cache_key, cached_build, write_sources
+from kernelarena.compile.cuda import (
     arch_list_entry,
     choose_arch,
     cuda_home,
@@ -31,7 +31,7 @@ from kernelarena.build.cuda import (
     toolchain_version,
     trim_log,
 )
-from kernelarena.build.headers import HEADER_LIBRARIES, header_dependencies
+from kernelarena.compile.headers import HEADER_LIBRARIES, header_dependencies
 from kernelarena.data import Definition, Language, Solution
 
 CXX_FLAGS = ("-O3",)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 
-from kernelarena.build.base import DependencyMissing, Runnable
-from kernelarena.build.python import PythonBuilder
+from kernelarena.compile.base import DependencyMissing, Runnable
+from kernelarena.compile.python import PythonBuilder
 from kernelarena.data import Definition, Language, Solution
 
 CUTE_DSL_EXTRA = "kernelarena[cute-dsl]"

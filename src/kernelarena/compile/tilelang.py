@@ -17,8 +17,8 @@ import functools
 import importlib.metadata
 import importlib.util
 
-from kernelarena.build.base import DependencyMissing, Runnable
-from kernelarena.build.python import PythonBuilder
+from kernelarena.compile.base import DependencyMissing, Runnable
+from kernelarena.compile.python import PythonBuilder
 from kernelarena.data import Definition, Language, Solution
 
 TILELANG_EXTRA = "kernelarena[tilelang]"
