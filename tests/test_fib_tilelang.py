@@ -34,9 +34,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from kernelarena.build import DependencyMissing, build_solution
-from kernelarena.build import tilelang as tilelang_builder
 from kernelarena.cli import app
+from kernelarena.compile import DependencyMissing, build_solution
+from kernelarena.compile import tilelang as tilelang_builder
 from kernelarena.data import Language, TraceSet
 from kernelarena.evaluate.runner import make_plan
 
