@@ -172,14 +172,45 @@ def make_operator(
     custom = _custom_op(f"{namespace}::{name}", members, eager, aliased)
     compiled_op = getattr(getattr(torch.ops, namespace), name)
     signature = inspect.Signature(parameters)
+
+    def compiled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = compiled_op(*args, **kwargs)
+        if not aliased:
+            return result
+        bound = signature.bind(*args, **kwargs).arguments
+        return _with_aliased(result, [bound[inputs[i]] for _, i in aliased], aliased)
+
+    operator = _operator(eager, compiled)
+    operator.__signature__ = signature  # type: ignore[attr-defined]
+    operator.__qualname__ = operator.__name__ = name
+    operator.__doc__ = f"{first.description or name}\n\nDefinitions: {', '.join(names)}."
+    operator.custom_op = custom  # type: ignore[attr-defined]
+    operator.__kernelarena_site__ = eager.__kernelarena_site__  # type: ignore[attr-defined]
+    operator.definitions = names  # type: ignore[attr-defined]
+    return operator
+
+
+def _operator(
+    eager: Callable[..., Any], compiled: Callable[[tuple[Any, ...], dict[str, Any]], Any]
+) -> Callable[..., Any]:
+    """The operator's function: ``eager`` (apply's call site) in eager code, ``compiled`` (the
+    custom op) while torch.compile traces it. A Python function either way, so that
+    torch.compile can trace it."""
+    site: CallSite = eager.__kernelarena_site__  # type: ignore[attr-defined]
     is_compiling = torch.compiler.is_compiling
+    if site.fast is not None:
+
+        def operator(*args: Any, **kwargs: Any) -> Any:
+            if not is_compiling():
+                return eager(*args, **kwargs)  # the compiled hot path
+            return compiled(args, kwargs)
+
+        return operator
     empty_like, contiguous = torch.empty_like, torch.contiguous_format
 
-    site: CallSite = eager.__kernelarena_site__  # type: ignore[attr-defined]
-
-    def operator(*args: Any, **kwargs: Any) -> Any:
+    def written_out(*args: Any, **kwargs: Any) -> Any:
         if not is_compiling():
-            # routed()'s fast path, written out here: a Python frame less on every call.
+            # routed()'s wrapper, written out here: a Python frame less on every call.
             if not kwargs and not site.passthrough:
                 count, pick, check, call, into = site.guards.hit
                 if len(args) == count and check(*pick(args)):  # calls.invoke(), written out
@@ -192,19 +223,9 @@ def make_operator(
                     call(*args, out)
                     return out
             return eager(*args, **kwargs)
-        result = compiled_op(*args, **kwargs)
-        if not aliased:
-            return result
-        bound = signature.bind(*args, **kwargs).arguments
-        return _with_aliased(result, [bound[inputs[i]] for _, i in aliased], aliased)
+        return compiled(args, kwargs)
 
-    operator.__signature__ = signature  # type: ignore[attr-defined]
-    operator.__qualname__ = operator.__name__ = name
-    operator.__doc__ = f"{first.description or name}\n\nDefinitions: {', '.join(names)}."
-    operator.custom_op = custom  # type: ignore[attr-defined]
-    operator.__kernelarena_site__ = site  # type: ignore[attr-defined]
-    operator.definitions = names  # type: ignore[attr-defined]
-    return operator
+    return written_out
 
 
 def _custom_op(
