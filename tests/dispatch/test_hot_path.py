@@ -214,3 +214,30 @@ def test_a_decorated_function_is_a_method_on_a_class(hot_path: Decorate) -> None
     holder, x = Holder(), torch.zeros(4, 8)
     assert holder.method(x, 1.5) == (holder, x)  # apply off: the body, given the instance
     assert inspect.ismethod(holder.method) and Holder.__dict__["method"] is Holder.method
+
+
+@kernelarena.apply("toy")
+def module_level(x: torch.Tensor, factor: float) -> torch.Tensor:
+    return x
+
+
+def test_a_decorated_function_pickles_by_name_and_is_collected_when_dropped() -> None:
+    import copy
+    import gc
+    import pickle
+    import weakref
+
+    assert pickle.loads(pickle.dumps(module_level)) is module_level
+    assert copy.deepcopy(module_level) is module_level
+    assert "module_level" in repr(module_level)
+    enable()
+
+    def local(x: torch.Tensor, factor: float) -> torch.Tensor:
+        return x
+
+    routed = kernelarena.apply("toy")(local)
+    routed(torch.zeros(4, 8), 1.5), routed(torch.zeros(4, 8), 1.5)
+    site = weakref.ref(routed.__kernelarena_site__)
+    del routed
+    gc.collect()
+    assert site() is None  # the site and its function refer to each other: a cycle, collected

@@ -523,11 +523,32 @@ fastcall_get_forms(FastCall *self, void *closure)
     return PyLong_FromLong(self->forms_known);
 }
 
+/* Pickled by name, as functions are: the module's attribute of that qualified name. */
+static PyObject *
+fastcall_reduce(PyObject *self, PyObject *unused)
+{
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyObject *
+fastcall_repr(PyObject *self)
+{
+    PyObject *name = PyObject_GetAttrString(self, "__qualname__");
+    if (name == NULL) {
+        PyErr_Clear();
+        return PyUnicode_FromFormat("<kernelarena.apply function at %p>", self);
+    }
+    PyObject *shown = PyUnicode_FromFormat("<kernelarena.apply function %S at %p>", name, self);
+    Py_DECREF(name);
+    return shown;
+}
+
 static PyMethodDef fastcall_methods[] = {
     {"add_form", (PyCFunction)fastcall_add_form, METH_VARARGS,
      "add_form(nargs, kwnames, sources, defaults) -> bool: make calls of this form positional "
      "here (sources: per position a slot of the call's arguments, positionals then keyword "
      "values, or -1 - k for defaults[k]); False where no more forms are kept"},
+    {"__reduce__", (PyCFunction)fastcall_reduce, METH_NOARGS, NULL},
     {NULL},
 };
 
@@ -559,6 +580,7 @@ static PyTypeObject FastCallType = {
     .tp_dealloc = (destructor)fastcall_dealloc,
     .tp_traverse = (traverseproc)fastcall_traverse,
     .tp_clear = (inquiry)fastcall_clear,
+    .tp_repr = fastcall_repr,
     .tp_call = fastcall_call,
     .tp_vectorcall_offset = offsetof(FastCall, vectorcall),
     .tp_descr_get = fastcall_descr_get,
