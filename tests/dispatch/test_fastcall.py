@@ -188,6 +188,14 @@ def test_a_failing_compiler_leaves_the_python_wrapper_and_says_why(
     assert inspect.isfunction(routed) and routed.__kernelarena_site__.fast is None  # type: ignore[attr-defined]
 
 
+def test_cc_may_name_a_launcher_before_the_compiler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiler, _ = failing_compiler(tmp_path)
+    monkeypatch.setenv("CC", f"env {compiler}")
+    assert fastcall._compiler() == [fastcall.shutil.which("env"), str(compiler)]
+
+
 def test_no_compiler_leaves_the_python_wrapper(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
-import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from typing import Any
 
 from kernelarena.paths import cache_base
 
+log = logging.getLogger("kernelarena.dispatch")
 SOURCE = Path(__file__).with_name("_fastcall.c")
 _COMPILE_SECONDS = 120
 _lock = threading.Lock()
@@ -92,15 +94,18 @@ def build_and_load() -> tuple[ModuleType | None, str]:
         return _import(library), ""
     except Exception as error:  # any failure leaves the Python wrapper in charge
         brief = str(error).strip().splitlines()
-        return None, f"{type(error).__name__}: {brief[0] if brief else ''}"[:300]
+        why = f"{type(error).__name__}: {brief[0] if brief else ''}"[:300]
+        log.info("apply's hot path stays in Python: %s", why)
+        return None, why
 
 
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc"):
-        if name:
-            found = shutil.which(name.split()[0])
-            if found:
-                return found
+def _compiler() -> list[str] | None:
+    """The compiler's command: ``$CC`` (which may hold a launcher, ``ccache gcc``), else cc or
+    gcc; None where none is found."""
+    for command in (shlex.split(os.environ.get("CC", "")), ["cc"], ["gcc"]):
+        found = shutil.which(command[0]) if command else None
+        if found:
+            return [found, *command[1:]]
     return None
 
 
@@ -108,13 +113,13 @@ def _flags(include: Path) -> list[str]:
     return ["-O2", "-shared", "-fPIC", "-fvisibility=hidden", f"-I{include}"]
 
 
-def cache_key(compiler: str, include: Path) -> str:
+def cache_key(compiler: list[str], include: Path) -> str:
     parts = [
         SOURCE.read_bytes(),
         sys.version.encode(),
-        platform.platform().encode(),
+        sysconfig.get_platform().encode(),
         str(sysconfig.get_config_var("EXT_SUFFIX")).encode(),
-        compiler.encode(),
+        " ".join(compiler).encode(),
         " ".join(_flags(include)).encode(),
     ]
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:24]
@@ -124,7 +129,7 @@ def _library_name() -> str:
     return f"_fastcall{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
-def _built(compiler: str, include: Path) -> Path:
+def _built(compiler: list[str], include: Path) -> Path:
     """The library, compiled unless a process built it before; the build cache's lifecycle
     (look, lock, look again, build), here without its schemas, which a decoration should not
     import: the library appears under its name whole (renamed into place) or not at all."""
@@ -166,23 +171,24 @@ def _raise_kept_failure(folder: Path) -> None:
     raise CompileError(f"{kept.read_text(encoding='utf-8', errors='replace')} (kept from before)")
 
 
-def _compile(compiler: str, include: Path, library: Path) -> None:
+def _compile(compiler: list[str], include: Path, library: Path) -> None:
     # Written beside its final name and renamed: a process that finds the name finds it whole.
     partial = library.with_name(f".{library.name}.{os.getpid()}.partial")
-    command = [compiler, *_flags(include), str(SOURCE), "-o", str(partial)]
+    command = [*compiler, *_flags(include), str(SOURCE), "-o", str(partial)]
+    name = Path(compiler[0]).name
     # A compiler that did not start, ran out of time or was killed may do better next time: its
     # failure is not kept (a RuntimeError, not a CompileError).
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=_COMPILE_SECONDS)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise RuntimeError(f"{Path(compiler).name}: {error}") from None
+        raise RuntimeError(f"{name}: {error}") from None
     if done.returncode < 0:
-        raise RuntimeError(f"{Path(compiler).name}: killed by signal {-done.returncode}")
+        raise RuntimeError(f"{name}: killed by signal {-done.returncode}")
     if done.returncode != 0:
         partial.unlink(missing_ok=True)
         lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
         first = next((line for line in lines if "error" in line), lines[0] if lines else "")
-        raise CompileError(f"{Path(compiler).name} failed: {first.strip()}")
+        raise CompileError(f"{name} failed: {first.strip()}")
     os.replace(partial, library)
 
 
