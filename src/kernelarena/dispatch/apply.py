@@ -10,7 +10,7 @@ the table, building and trying the solutions, allocating closures, recording the
 happens once per key under a lock (``first_use.py``).
 
 Turned on and off in ``state.py`` (``enable_apply``, ``KERNELARENA_APPLY=1``). While apply is off,
-a decorated function costs one attribute test beyond the call of its body; with
+a decorated function costs one flag test beyond the call of its body (in C, or in Python); with
 ``KERNELARENA_APPLY=0`` set when the function is decorated, the decorator returns the function
 itself and costs nothing at all (apply can then never reach it).
 """
