@@ -179,6 +179,7 @@ def test_a_failing_compiler_leaves_the_python_wrapper_and_says_why(
     fastcall.build_and_load()
     assert runs.read_text().split() == ["run", "run"]
     monkeypatch.setattr(fastcall, "_loaded", (None, why))  # as in a process where it failed
+    monkeypatch.delenv("KERNELARENA_APPLY_FASTPATH", raising=False)  # pytest --apply-fastpath
     assert fastcall.status() == f"Python ({why})"
 
     def body(x: Any, factor: float) -> Any:
