@@ -41,6 +41,9 @@ browser:
 # Tests that load the machine on purpose run apart, so that their burners slow no other test.
 test: lint browser
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15 -m "not loaded"
+	# apply's Python hot path, which stands alone where no C compiler is (above: the compiled one)
+	$(BIN)/pytest -q -n 2 --dist loadfile --apply-fastpath=python tests/dispatch/test_apply.py \
+		tests/dispatch/test_guards.py tests/dispatch/test_ops.py tests/dispatch/test_flags.py
 	$(BIN)/pytest -q -n 0 -m loaded
 
 clean:

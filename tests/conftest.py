@@ -18,6 +18,30 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--apply-fastpath",
+        choices=("auto", "compiled", "python"),
+        default="auto",
+        help="the hot path of functions @kernelarena.apply decorates in these tests: compiled "
+        "(an error where it cannot be built), python (KERNELARENA_APPLY_FASTPATH=0), or auto "
+        "(compiled where it can be; the default)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before collection: test modules decorate their functions when they are imported."""
+    choice = config.getoption("--apply-fastpath")
+    if choice == "python":
+        os.environ["KERNELARENA_APPLY_FASTPATH"] = "0"
+    elif choice == "compiled":
+        os.environ.pop("KERNELARENA_APPLY_FASTPATH", None)
+        from kernelarena.dispatch import fastcall
+
+        if fastcall.module() is None:
+            raise pytest.UsageError(f"--apply-fastpath=compiled: apply's is {fastcall.status()}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAS_CUDA:
         return

@@ -16,7 +16,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 # are independent (evaluate and dispatch both stand on compile, runtime and data, neither on the
 # other). Names are the parts under kernelarena: a package or a top-level module.
 LAYERS: list[list[set[str]]] = [
-    [{"data"}],
+    [{"data"}, {"paths"}],  # the schemas; where kernelarena's caches are
     [{"runtime"}],  # inputs, comparison, reference checks, hardware, names
     [{"library", "registry", "datasets"}],  # built-in operators, users' solutions, default dataset
     [{"compile", "build"}],  # build: the old name of compile, an alias for one release

@@ -4,6 +4,7 @@ Inductor's C++ compile, which would take most of this folder's time budget on tw
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,27 @@ def test_repeat_calls_keyword_calls_and_a_new_runtime_give_the_same_result(
         assert_close(by_keyword, expected, tolerance.atol, tolerance.rtol)
         reference = load_reference(definition)["run"](rows.clone(), weight.clone(), eps)
         assert_close(ops.rmsnorm(rows, weight, eps), reference, tolerance.atol, tolerance.rtol)
+
+
+def test_torch_export_takes_the_custom_op_too() -> None:
+    """``torch.export`` without Dynamo (non-strict, its default) runs the operator's Python with
+    torch.compiler's compiling flag set: the operator must see it and call the custom op, never
+    the eager call site (with fake tensors). Strict export is Dynamo's, tested above."""
+
+    class Norm(torch.nn.Module):
+        def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+            return ops.rmsnorm(x, weight, 1e-6)
+
+    x, weight = torch.randn(3, 32), torch.randn(32)
+    exported = torch.export.export(Norm(), (x, weight), strict=False)
+    called = [n.target for n in exported.graph.nodes if n.op == "call_function"]
+    assert called == [torch.ops.kernelarena.rmsnorm.default]
+    assert_close(exported.module()(x, weight), Norm()(x, weight), 1e-6, 1e-6)
+
+
+def test_operators_take_their_inputs_by_name() -> None:
+    x, weight = torch.randn(3, 32), torch.randn(32)
+    expected = ops.rmsnorm(x, weight, 1e-6)
+    assert torch.equal(ops.rmsnorm(x, weight=weight, eps=1e-6), expected)
+    assert torch.equal(ops.rmsnorm(eps=1e-6, x=x, weight=weight), expected)
+    assert list(inspect.signature(ops.rmsnorm).parameters) == ["x", "weight", "eps"]

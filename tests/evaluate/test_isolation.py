@@ -231,6 +231,9 @@ def test_doctor_says_which_protections_hold_and_names_a_missing_one(
     assert "NO namespaces (KERNELARENA_NAMESPACES=0)" in result.output
     assert "seccomp refuses" in result.output
     assert "CPU sandboxes: started as programs (no namespaces here)" in result.output
+    from kernelarena.dispatch import fastcall
+
+    assert f"apply fast path: {fastcall.status()}" in result.output
 
 
 def test_doctor_says_cpu_sandboxes_fork_where_the_walls_stand() -> None:

@@ -1,4 +1,5 @@
-"""``kernelarena doctor``: which protections a solution's sandbox gets on this machine."""
+"""``kernelarena doctor``: which protections a solution's sandbox gets on this machine, and which
+hot path ``@kernelarena.apply`` runs here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from kernelarena.cli.common import app, console
 @app.command()
 def doctor() -> None:
     """Start a process confined as a sandbox is and say which protections held, which did not
-    and why (namespaces, file-system view, capabilities, Landlock, seccomp, resource limits)."""
+    and why (namespaces, file-system view, capabilities, Landlock, seccomp, resource limits);
+    then whether apply's hot path is compiled here (and if not, why)."""
     from kernelarena.evaluate.confine import landlock_abi
     from kernelarena.evaluate.isolation import find_bwrap, trial, walls
 
@@ -28,6 +30,9 @@ def doctor() -> None:
     console.print(f"a sandbox started now ({where or 'did not start'}):")
     console.print(f"  {confinement}", markup=False)
     console.print(f"CPU sandboxes: {_cpu_sandboxes()}", markup=False)
+    from kernelarena.dispatch import fastcall
+
+    console.print(f"apply fast path: {fastcall.status()}", markup=False)
 
 
 def _cpu_sandboxes() -> str:

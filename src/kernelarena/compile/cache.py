@@ -24,6 +24,7 @@ from typing import Any
 from filelock import FileLock
 
 from kernelarena.data import Solution
+from kernelarena.paths import cache_base as cache_base  # re-exported
 
 ERROR_FILE = ".error"
 # Failures of the machine rather than of the sources: never cached.
@@ -36,12 +37,6 @@ _TRANSIENT = (
     "Resource temporarily unavailable",
     "Too many open files",
 )
-
-
-def cache_base() -> Path:
-    """``$KERNELARENA_CACHE`` or ``~/.cache/kernelarena``: builds, dispatch tables, sandboxes'."""
-    configured = os.environ.get("KERNELARENA_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "kernelarena"
 
 
 def cache_root() -> Path:

@@ -1,14 +1,16 @@
 """``@apply(name)``: calls go to the measured winner for the shape at hand; the body is the fallback.
 
-The hot path (``wrapper`` in ``routed``): one C++ check of the arguments' tensors against the guard
-that passed last (``signature.Guards``), then one call of what was prepared for that key; where
-the guard fails, the key's own guard or the generated key over the arguments
-(``signature.key_functions``). Everything else (choosing the definition, checking the arguments,
+The hot path: one C++ check of the arguments' tensors against the guard that passed last
+(``signature.Guards``), then one call of what was prepared for that key; where the guard fails,
+the key's own guard or the generated key over the arguments (``signature.key_functions``). It
+is compiled where a C compiler is at hand (``fastcall.py``: a ``FastCall`` in front of
+``wrapper`` in ``routed``, which takes every call the guard does not pass), else ``wrapper``
+alone. Everything else (choosing the definition, checking the arguments,
 the table, building and trying the solutions, allocating closures, recording the workload)
 happens once per key under a lock (``first_use.py``).
 
 Turned on and off in ``state.py`` (``enable_apply``, ``KERNELARENA_APPLY=1``). While apply is off,
-a decorated function costs one attribute test beyond the call of its body; with
+a decorated function costs one flag test beyond the call of its body (in C, or in Python); with
 ``KERNELARENA_APPLY=0`` set when the function is decorated, the decorator returns the function
 itself and costs nothing at all (apply can then never reach it).
 """
@@ -22,10 +24,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kernelarena.dispatch import fastcall
 from kernelarena.dispatch.parameters import (
     Binder,
     binder,
     call_by_position,
+    call_form,
+    form_slots,
     parameter_names,
     signature_of,
 )
@@ -87,18 +92,39 @@ class CallSite:
         self.contiguous: Any = None
         self.body = call_by_position(fallback, self.signature)
         self.lock = threading.Lock()
+        # The compiled hot path (fastcall.FastCall), kept in step with ``passthrough`` and
+        # ``guards``; None where the Python wrapper stands alone.
+        self.fast: Any = None
         self.reset()
+
+    def attach(self, fast: Any) -> None:
+        """``fast`` takes the hot path's calls from now on, from the site's state as it is."""
+        self.fast = fast
+        fast.passthrough = self.passthrough
+        fast.slot = getattr(self.guards, "slot", None)
+        if self.empty_like is not None:
+            fast.empty_like, fast.memory_format = self.empty_like, self.contiguous
 
     def reset(self) -> None:
         """Forget the runtime: the next call binds again (apply enabled, disabled, or replaced)."""
-        self.passthrough = False
+        self._set_passthrough(False)
         self.runtime: ApplyRuntime | None = None
         self.candidates: list[Definition] = []
         self.key_of: Callable[[tuple[Any, ...]], tuple[Any, ...]] = _unbound
         self.lookup: Callable[[tuple[Any, ...]], Prepared] = _unbound
         self.store: Callable[[tuple[Any, ...], tuple[Any, ...], Prepared], None] = _store_nowhere
-        self.guards: Guards | _Unguarded = _Unguarded()
+        self._set_guards(_Unguarded())
         self.entries: dict[tuple[Any, ...], Prepared] = {}
+
+    def _set_passthrough(self, value: bool) -> None:
+        self.passthrough = value
+        if self.fast is not None:
+            self.fast.passthrough = value
+
+    def _set_guards(self, guards: Guards | _Unguarded) -> None:
+        self.guards = guards
+        if self.fast is not None:
+            self.fast.slot = getattr(guards, "slot", None)
 
     # -- slow path --------------------------------------------------------------------------
 
@@ -139,9 +165,9 @@ class CallSite:
     def _pass_through(self, still: Callable[[], bool]) -> None:
         """Call the body directly from now on, unless apply changed meanwhile (then a reset has
         happened or is about to, and this must not undo it)."""
-        self.passthrough = True
+        self._set_passthrough(True)
         if not still():
-            self.passthrough = False
+            self._set_passthrough(False)
 
     def _bind(self, runtime: ApplyRuntime) -> None:
         from kernelarena.dispatch.signature import key_functions
@@ -153,6 +179,8 @@ class CallSite:
             import torch  # loaded by now: the hot path allocates with it, once bound
 
             self.empty_like, self.contiguous = torch.empty_like, torch.contiguous_format
+            if self.fast is not None:
+                self.fast.empty_like, self.fast.memory_format = self.empty_like, self.contiguous
             try:
                 candidates = definitions_named(runtime.trace_set, self.name)
             except UnknownNames as error:  # documented: the body runs (docs/apply.md)
@@ -161,21 +189,23 @@ class CallSite:
             entries: dict[tuple[Any, ...], Prepared] = {}
             self.candidates, self.entries = candidates, entries
             self.key_of, self.lookup, self.store = _unbound, _unbound, _store_nowhere
-            self.guards = _Unguarded()
+            self._set_guards(_Unguarded())
             if candidates:
-                self.key_of, self.lookup, self.store, self.guards = key_functions(
-                    candidates, runtime.tracing, entries
+                self.key_of, self.lookup, self.store, guards = key_functions(
+                    candidates, runtime.tracing, entries, fastcall.new_slot(self.fast)
                 )
+                self._set_guards(guards)
             self.runtime = runtime
 
     def positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """Keywords and defaults as positions, by a binder compiled once per form of call."""
-        form = (len(args), tuple(kwargs))
-        bind = self.binders.get(form)
+        key = (len(args), tuple(kwargs))
+        bind = self.binders.get(key)
         if bind is None:
-            bind = self.binders[form] = binder(
-                self.signature, self.parameters, form[0], form[1], self.label
-            )
+            form = call_form(self.signature, self.parameters, *key, self.label)
+            if self.fast is not None:  # such calls are made positional in C from now on
+                self.fast.add_form(*key, *form_slots(form))
+            bind = self.binders[key] = binder(form, *key, self.label)
         return bind(args, kwargs)
 
     def _resolve(
@@ -228,9 +258,11 @@ def apply(
 
 
 def routed(site: CallSite) -> Callable[..., Any]:
-    """The function that stands for ``site``: the hot path, written out for speed. Keyword calls,
+    """The function that stands for ``site``: the compiled hot path in front of ``wrapper``
+    (``fastcall.py``), or ``wrapper`` alone, the hot path written out in Python. Keyword calls,
     and where the function has defaults calls that leave some out, are made positional first
-    (``CallSite.positional``: a tuple built by code compiled for that form of call)."""
+    (``CallSite.positional``: a tuple built by code compiled for that form of call; the compiled
+    hot path keeps each form's positions too)."""
     register(site)
     fallback = site.fallback
     arity = site.arity  # 0 unless the function has defaults: no call is then short of them
@@ -253,7 +285,13 @@ def routed(site: CallSite) -> Callable[..., Any]:
         return site.missed(args, kwargs, given)
 
     wrapper.__kernelarena_site__ = site  # type: ignore[attr-defined]
-    return wrapper
+    fast = fastcall.fast_callable(wrapper, fallback, arity)
+    if fast is None:
+        return wrapper
+    functools.update_wrapper(fast, fallback)  # __name__, __doc__, __wrapped__ (the signature)...
+    fast.__kernelarena_site__ = site
+    site.attach(fast)
+    return fast  # type: ignore[no-any-return]
 
 
 def _has_defaults(signature: Any) -> bool:

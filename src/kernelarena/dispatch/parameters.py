@@ -78,26 +78,32 @@ def positional_arguments(
 Binder = Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...]]
 
 
-def binder(
+def call_form(
     signature: inspect.Signature | None,
     parameters: list[str],
     count: int,
     names: tuple[str, ...],
     label: str,
-) -> Binder:
-    """``positional_arguments`` for calls of ``count`` positional arguments and the keywords
-    ``names``, compiled once: ``(args, kwargs) -> positions``, a tuple built by straight-line
-    code. ``Signature.bind`` costs microseconds a call; this, a tuple. Raises what
+) -> tuple[Any, ...]:
+    """How every call of ``count`` positional arguments and the keywords ``names`` (in call
+    order) binds: per position, an ``Argument`` (where the call passes it: its positionals, then
+    its keywords' values, as a vectorcall lays them out) or a default value. Raises what
     ``positional_arguments`` raises for a call of that form."""
-    given = tuple(_Marker(i) for i in range(count))
-    named = {name: _Marker(name) for name in names}
-    bound = positional_arguments(signature, parameters, given, named, label)
+    given = tuple(Argument(i) for i in range(count))
+    named = {name: Argument(count + k) for k, name in enumerate(names)}
+    return positional_arguments(signature, parameters, given, named, label)
+
+
+def binder(form: tuple[Any, ...], count: int, names: tuple[str, ...], label: str) -> Binder:
+    """``positional_arguments`` for calls of ``form`` (``call_form``), compiled once:
+    ``(args, kwargs) -> positions``, a tuple built by straight-line code. ``Signature.bind``
+    costs microseconds a call; this, a tuple."""
     parts, constants = [], []
-    for value in bound:
-        if isinstance(value, _Marker) and isinstance(value.source, int):
-            parts.append(f"a[{value.source}]")
-        elif isinstance(value, _Marker):
-            parts.append(f"k[{value.source!r}]")
+    for value in form:
+        if isinstance(value, Argument) and value.slot < count:
+            parts.append(f"a[{value.slot}]")
+        elif isinstance(value, Argument):
+            parts.append(f"k[{names[value.slot - count]!r}]")
         else:  # a default: the same object every call, as a function's own defaults are
             constants.append(value)
             parts.append(f"c[{len(constants) - 1}]")
@@ -108,10 +114,23 @@ def binder(
     return bind
 
 
-class _Marker:
-    """Stands for an argument while a call form is bound once: its position or keyword."""
+def form_slots(form: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+    """``form`` as the compiled hot path takes it (``FastCall.add_form``): per position the slot
+    of the call's arguments, or ``-1 - k`` for the k-th default; and the defaults."""
+    sources, defaults = [], []
+    for value in form:
+        if isinstance(value, Argument):
+            sources.append(value.slot)
+        else:
+            defaults.append(value)
+            sources.append(-len(defaults))
+    return tuple(sources), tuple(defaults)
 
-    __slots__ = ("source",)
 
-    def __init__(self, source: int | str) -> None:
-        self.source = source
+class Argument:
+    """Stands for an argument while a form of call is bound once: where the call passes it."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot

@@ -226,7 +226,10 @@ MAX_GUARDS_PER_KEY = 4
 
 
 def key_functions(
-    candidates: Sequence[Definition], include_scalars: bool, entries: dict[Any, Any]
+    candidates: Sequence[Definition],
+    include_scalars: bool,
+    entries: dict[Any, Any],
+    slot: Any = None,
 ) -> tuple[
     Callable[[tuple[Any, ...]], tuple[Any, ...]],
     Callable[[tuple[Any, ...]], Any],
@@ -245,9 +248,10 @@ def key_functions(
     caller asks ``guards.hit`` first, the guard that passed last, and calls ``lookup`` only when
     it fails; ``lookup`` then reads the key and makes that key's guard the one asked first
     (``Guards.miss``). ``store(key, args, prepared)`` records a resolved key's prepared call in
-    ``entries`` and, where a guard decides, the guard made from ``args``."""
+    ``entries`` and, where a guard decides, the guard made from ``args``. ``slot``: the compiled
+    hot path's copy of ``guards.hit`` (``fastcall.new_slot``), or None."""
     branches, guarded = _branches(candidates, include_scalars)
-    guards = Guards(guarded)
+    guards = Guards(guarded, slot)
     namespace: dict[str, Any] = {
         "_describe": _describe,
         "_device_of": _device_of,
@@ -330,9 +334,11 @@ class Guards:
     """The guards of a call site's keys: per key, up to ``MAX_GUARDS_PER_KEY`` (one per layout and
     dispatch state its calls came with); ``hit``, the one that passed or was made last."""
 
-    def __init__(self, guarded: dict[int, list[int]]) -> None:
+    def __init__(self, guarded: dict[int, list[int]], slot: Any = None) -> None:
+        self.positions = guarded
         self.picks = {count: _picker(positions) for count, positions in guarded.items()}
         self.hit: Hit = NO_HIT
+        self.slot = slot  # the compiled hot path's ``hit`` (a fastcall HitSlot), or None
         self.by_key: dict[tuple[Any, ...], list[Guard]] = {}
         self.missed: dict[int, list[Guard]] = {}  # per count, the guards of its last miss's key
 
@@ -344,6 +350,8 @@ class Guards:
     def _ask_first(self, count: int, guard: Guard) -> None:
         call, into = guard[1]
         self.hit = (count, self.picks[count], guard[0], call, into)
+        if self.slot is not None:
+            self.slot.set(count, self.positions[count], guard[0], call, into)
 
     def miss(self, count: int, key: tuple[Any, ...], tensors: tuple[Any, ...]) -> Any:
         """The prepared call of ``key``, whose guard the last one was not (KeyError: a key never
