@@ -76,17 +76,22 @@ SOLUTIONS = {
 }
 
 
-def _dataset(root: Path) -> TraceSet:
+def _dataset(
+    root: Path, solutions: list[tuple[Definition, dict[str, str]]], rows: int = 4
+) -> TraceSet:
+    """Each definition with one workload of ``rows`` rows and its Python solutions by name stem."""
     dataset = TraceSet(root=root)
-    for definition in (NORMALIZE, ROW_DOT):
+    for definition, sources in solutions:
         dataset.add_definition(definition)
         dataset.add_workload(
             definition.name,
             Workload(
-                uuid="r4", axes={"rows": 4}, inputs={n: RandomInput() for n in definition.inputs}
+                uuid=f"r{rows}",
+                axes={"rows": rows},
+                inputs={n: RandomInput() for n in definition.inputs},
             ),
         )
-        for stem, source in SOLUTIONS[definition.name].items():
+        for stem, source in sources.items():
             dataset.add_solution(
                 Solution(
                     name=f"{definition.name}_{stem}",
@@ -104,7 +109,7 @@ def _dataset(root: Path) -> TraceSet:
 @pytest.mark.timeout(600)
 def test_a_copy_and_a_lower_precision_kernel_fail_where_honest_ones_pass(tmp_path: Path) -> None:
     benchmark = Benchmark(
-        _dataset(tmp_path),
+        _dataset(tmp_path, [(d, SOLUTIONS[d.name]) for d in (NORMALIZE, ROW_DOT)]),
         devices="cpu",
         options=Options(trials=3, budget_ms=20, max_iterations=20),
         timeouts=Timeouts(build_s=120, run_s=60, startup_s=300),
@@ -151,23 +156,7 @@ SUMS = {
 def test_a_solution_more_accurate_than_the_reference_passes(tmp_path: Path) -> None:
     """It misses the reference in the definition's dtype but matches the reference computed in
     float64 within the same tolerance: PASSED. One that is wrong misses both and still fails."""
-    dataset = TraceSet(root=tmp_path)
-    dataset.add_definition(SEQUENTIAL_SUM)
-    dataset.add_workload(
-        SEQUENTIAL_SUM.name, Workload(uuid="r5", axes={"rows": 5}, inputs={"x": RandomInput()})
-    )
-    for stem, source in SUMS.items():
-        dataset.add_solution(
-            Solution(
-                name=f"row_sum_{stem}",
-                definition=SEQUENTIAL_SUM.name,
-                author="tests",
-                spec=BuildSpec(
-                    language="python", target_hardware=["cpu", "cuda"], entry_point="s.py::run"
-                ),
-                sources=[SourceFile(path="s.py", content=source)],
-            )
-        )
+    dataset = _dataset(tmp_path, [(SEQUENTIAL_SUM, SUMS)], rows=5)
     benchmark = Benchmark(
         dataset,
         devices="cpu",
@@ -175,7 +164,7 @@ def test_a_solution_more_accurate_than_the_reference_passes(tmp_path: Path) -> N
         timeouts=Timeouts(build_s=120, run_s=60, startup_s=300),
     )
     found = {t.solution: t.evaluation for t in benchmark.run_all()}
-    accurate = found["row_sum_accurate"]
+    accurate = found["row_sum_fp16_accurate"]
     assert accurate is not None and accurate.status is Status.PASSED, accurate
-    wrong = found["row_sum_drops_a_column"]
+    wrong = found["row_sum_fp16_drops_a_column"]
     assert wrong is not None and wrong.status is Status.INCORRECT_NUMERICAL, wrong
