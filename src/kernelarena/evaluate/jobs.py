@@ -47,6 +47,12 @@ class Job:
 
 @dataclass
 class JobResult:
+    """``stages``: where the job's wall time went, in seconds by stage (``stage_clock``: the
+    judge's phases and the stages nested in them, which add up to its time in the judge;
+    ``idle``, the judge's wait for it; ``parent:*``, the executor's share); empty where no judge
+    evaluated it (a build's failure, a lost worker)."""
+
     trace: Trace | None = None
     skipped: str | None = None
     device: str = ""
+    stages: dict[str, float] = field(default_factory=dict)

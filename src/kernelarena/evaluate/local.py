@@ -54,6 +54,8 @@ class _Worker:
     spawned_at: float = 0.0
     startup: dict[str, Any] = field(default_factory=dict)
     solution: str | None = None  # of its last job: the one its sandbox serves
+    free_since: float | None = None  # time.monotonic() since it waits for a build to end
+    stages: dict[str, float] = field(default_factory=dict)  # its job's, measured here
 
 
 class LocalExecutor:
@@ -220,6 +222,8 @@ class LocalExecutor:
                         job = self._take(worker)
                         if job is not None:
                             self._submit(worker, job)
+                        elif self._queue and worker.free_since is None:
+                            worker.free_since = time.monotonic()  # every queued job is unbuilt
                 busy = [w for w in self._workers if w.job is not None]
                 waitables: list[Any] = [w.conn for w in busy]
                 timeout = 1.0
@@ -307,6 +311,10 @@ class LocalExecutor:
         return job
 
     def _submit(self, worker: _Worker, job: Job) -> None:
+        worker.stages = {}
+        if worker.free_since is not None:
+            worker.stages["parent:build_wait"] = round(time.monotonic() - worker.free_since, 6)
+            worker.free_since = None
         worker.job = job
         worker.solution = job.solution.name
         worker.stage = "building"
@@ -317,7 +325,7 @@ class LocalExecutor:
         self, worker: _Worker, ready: list[Any], on_result: Callable[[Job, JobResult], None]
     ) -> None:
         # Here, not at the top: the command line launches workers before it builds the schemas.
-        from kernelarena.data import Environment, Status, Trace
+        from kernelarena.data import Status
 
         job = worker.job
         assert job is not None
@@ -329,35 +337,7 @@ class LocalExecutor:
                         worker.stage = message[2]
                         worker.deadline = time.monotonic() + self.timeouts.run_s
                     elif message[0] == "result":
-                        worker.job = None
-                        outcome = message[2]
-                        if "internal_error" in outcome:
-                            log = (
-                                "kernelarena internal error while evaluating:\n"
-                                + outcome["internal_error"]
-                            )
-                            environment = Environment.model_validate(worker.environment)
-                            on_result(
-                                job,
-                                JobResult(
-                                    trace=job.failure_trace(environment, Status.RUNTIME_ERROR, log),
-                                    device=worker.device,
-                                ),
-                            )
-                            return
-                        trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
-                        following = self._take(worker) if not outcome["fatal"] else None
-                        if following is not None:
-                            # The worker starts its next job while this one's trace is recorded.
-                            self._submit(worker, following)
-                        on_result(
-                            job,
-                            JobResult(
-                                trace=trace, skipped=outcome["skipped"], device=worker.device
-                            ),
-                        )
-                        if outcome["fatal"]:
-                            self._replace(worker)
+                        self._received(worker, job, message[2], on_result)
                         return
             except (EOFError, OSError):
                 pass  # the worker died mid-message: handled below
@@ -373,6 +353,39 @@ class LocalExecutor:
             )
             status = Status.COMPILE_ERROR if worker.stage == "building" else Status.TIMEOUT
             self._fail(worker, job, status, log, on_result)
+
+    def _received(
+        self,
+        worker: _Worker,
+        job: Job,
+        outcome: dict[str, Any],
+        on_result: Callable[[Job, JobResult], None],
+    ) -> None:
+        """A worker's result: the worker gets its next job before this one's trace is recorded."""
+        from kernelarena.data import Environment, Status, Trace
+
+        received = time.monotonic()
+        worker.job = None
+        stages = dict(outcome.get("stages") or {}, **worker.stages)
+        if "sent_at" in outcome:  # the parent's latency, the pipe and the pickling
+            stages["parent:delivery"] = round(received - outcome["sent_at"], 6)
+        if "internal_error" in outcome:
+            log = "kernelarena internal error while evaluating:\n" + outcome["internal_error"]
+            environment = Environment.model_validate(worker.environment)
+            failure = job.failure_trace(environment, Status.RUNTIME_ERROR, log)
+            on_result(job, JobResult(trace=failure, device=worker.device, stages=stages))
+            return
+        trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
+        following = self._take(worker) if not outcome["fatal"] else None
+        if following is not None:
+            self._submit(worker, following)
+        stages["parent:decode"] = round(time.monotonic() - received, 6)
+        result = JobResult(
+            trace=trace, skipped=outcome["skipped"], device=worker.device, stages=stages
+        )
+        on_result(job, result)
+        if outcome["fatal"]:
+            self._replace(worker)
 
     def _fail(
         self,
