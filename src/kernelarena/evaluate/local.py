@@ -291,23 +291,31 @@ class LocalExecutor:
             on_result(job, JobResult(trace=trace, device=worker.device))
 
     def _take(self, worker: _Worker) -> Job | None:
-        """The next queued job of the solution the worker's sandbox serves, else the first,
-        among those whose solution is built; None while every queued job waits for its build.
-        With several workers, first-come order would hand a solution's jobs to each in turn,
-        and each would start a sandbox (seconds) for almost every job."""
-        first = None
+        """The next queued job whose solution is built: of the solution the worker's sandbox
+        serves, else of a solution no other worker is on, else of one another worker is on
+        (the run's last solutions, shared); None while every queued job waits for its build.
+        A solution new to a worker costs it a sandbox start and, on a GPU, the wait for the
+        spare that replaces it (seconds). In first-come order every worker took a share of
+        every solution's jobs, so each started a sandbox for every solution of the run (two
+        workers on a CPU: 6 sandboxes for 3 solutions, where one worker started 3)."""
+        others = {w.solution for w in self._workers if w is not worker and w.job is not None}
+        own = unserved = shared = None
         for index, job in enumerate(self._queue):
             if not self._ready(job):
                 continue
-            if job.solution.name == worker.solution:
-                del self._queue[index]
-                return job
-            if first is None:
-                first = index
-        if first is None:
+            name = job.solution.name
+            if name == worker.solution:
+                own = index
+                break
+            if name not in others:
+                unserved = index if unserved is None else unserved
+            elif shared is None:
+                shared = index
+        chosen = next((i for i in (own, unserved, shared) if i is not None), None)
+        if chosen is None:
             return None
-        job = self._queue[first]
-        del self._queue[first]
+        job = self._queue[chosen]
+        del self._queue[chosen]
         return job
 
     def _submit(self, worker: _Worker, job: Job) -> None:
