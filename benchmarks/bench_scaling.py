@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_scaling                         # cuda:0 vs cuda:0,cuda:1
     python -m benchmarks.bench_scaling --devices cpu,cpu --solutions torch_eager --max-jobs 40
+    python -m benchmarks.bench_scaling --devices cuda --profile /tmp/scaling-profiles
 
 The workload is ``kernelarena run rmsnorm scale --suite all -s triton,cuda,torch_eager``: 261 jobs
 on a GPU, each checked and timed, each trace appended (and fsynced) to a scratch dataset as in a real
@@ -16,6 +17,15 @@ would make whichever configuration runs second look faster, so a warm-up pass ru
 first; configurations then alternate in order from one repeat to the next. The results, with the
 jobs each device took (jobs go to whichever worker is free), land in
 ``benchmarks/results/scaling_<device>_<date>.json``.
+
+Each run also prints where its devices' time went, as the engine records it (``evaluate/
+stage_clock.py``): per device, the sandboxes its judge started and the mean milliseconds per job
+in each phase of the judge (decode, sandbox_start, build, checks, spare_wait, timing, finish,
+reply), its idle wait between jobs and the parent's share, then the larger nested stages
+(``timing/judge_clocks/sandbox:eager``: the judge's clocks waiting on the sandbox). The JSON keeps
+every stage of every run (``stages``) and, per device count, the phases of the median run
+(``ms_per_job_by_phase``). ``--profile DIR`` also writes cProfile files of each measured run's
+parent and judges (``DIR/<n>dev-r<repeat>/``, with a text summary beside each).
 
 On a CPU, ``--devices cpu,cpu`` starts two workers on the CPU: a dry run of the mechanics. Both
 share the same cores (and torch's intra-op threads), so expect little speedup there.
@@ -36,8 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import result_path
+from benchmarks.profiles import parent_profiled, summarize, workers_profiled
 from kernelarena.data import TraceSet
 from kernelarena.evaluate.devices import resolve_devices, visible_gpu_count
+from kernelarena.evaluate.job_stages import phase_means, stage_table
 from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
 from kernelarena.evaluate.local import LocalExecutor
 from kernelarena.evaluate.options import Options
@@ -57,8 +69,11 @@ def device_counts(total: int) -> list[int]:
     return counts
 
 
-def run_once(jobs: list[Job], devices: list[str], timeouts: Timeouts) -> dict[str, Any]:
-    """Start workers on ``devices``, run ``jobs`` into a scratch dataset; time both apart."""
+def run_once(
+    jobs: list[Job], devices: list[str], timeouts: Timeouts, profile: Path | None = None
+) -> dict[str, Any]:
+    """Start workers on ``devices``, run ``jobs`` into a scratch dataset; time both apart. With
+    ``profile``, the run's parent and judges are profiled into that folder (``profiles``)."""
     taken: Counter[str] = Counter()
     statuses: dict[tuple[str, str, str], str] = {}
 
@@ -72,20 +87,28 @@ def run_once(jobs: list[Job], devices: list[str], timeouts: Timeouts) -> dict[st
             statuses[job.key] = f"skipped: {result.skipped}"
 
     executor = LocalExecutor(devices, timeouts, measure_ceilings=False)
-    with tempfile.TemporaryDirectory(prefix="kernelarena-scaling-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="kernelarena-scaling-") as scratch,
+        workers_profiled(profile),
+    ):
         try:
             began = time.perf_counter()
             environments = executor.start()
             started = time.perf_counter()
-            run_jobs(jobs, executor, TraceSet(root=Path(scratch)), on_progress=record)
+            with parent_profiled(profile):
+                output = TraceSet(root=Path(scratch))
+                summary = run_jobs(jobs, executor, output, on_progress=record)
             finished = time.perf_counter()
         finally:
-            executor.close()
+            executor.close()  # the judges write their profiles as they stop
+    if profile is not None:
+        summarize(profile)
     return {
         "devices": devices,
         "startup_s": started - began,
         "run_s": finished - started,
         "jobs_per_device": dict(sorted(taken.items())),
+        "stages": summary.stages,
         "statuses": statuses,
         "environments": environments,
     }
@@ -114,6 +137,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="before measuring, run every job once (all), one job per solution (builds), or none",
     )
     parser.add_argument("--no-write", action="store_true", help="print, do not save the JSON")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="cProfile each measured run's parent and judges into a folder of this one "
+        "(<devices>dev-r<repeat>/: parent.prof, worker-<pid>.prof, and a .txt summary of each)",
+    )
     args = parser.parse_args(argv)
 
     default = "cuda:0,cuda:1" if visible_gpu_count() >= 2 else "cpu,cpu"
@@ -140,17 +169,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for repeat in range(args.repeats):
         order = counts if repeat % 2 == 0 else counts[::-1]
         for n in order:
-            run = run_once(jobs, widest[:n], timeouts)
+            profile = args.profile / f"{n}dev-r{repeat}" if args.profile else None
+            run = run_once(jobs, widest[:n], timeouts, profile)
             runs[n].append(run)
             print(
                 f"{n} device(s): run {run['run_s']:.1f} s, start-up {run['startup_s']:.1f} s, "
                 f"jobs per device {run['jobs_per_device']}"
             )
+            print("\n".join(stage_table(run["stages"], f"{n} device(s)")))
 
     report = build_report(args, jobs, widest, runs, warmup_s)
     for n, row in report["results"].items():
         print(
-            f"{n} device(s): median run {row['median_run_s']:.1f} s, speedup {row['speedup']:.2f}x"
+            f"{n} device(s): median run {row['median_run_s']:.1f} s, speedup {row['speedup']:.2f}x, "
+            f"{row['device_s_per_job']:.3f} s of a device per job"
         )
     if report["disagreements"]:
         print(f"{len(report['disagreements'])} jobs changed status between runs (see the JSON)")
@@ -175,11 +207,18 @@ def build_report(
     for n, measured in runs.items():
         median_run = statistics.median(r["run_s"] for r in measured)
         median_total = statistics.median(r["run_s"] + r["startup_s"] for r in measured)
+        middle = min(measured, key=lambda r: abs(r["run_s"] - median_run))
         results[str(n)] = {
             "devices": widest[:n],
             "median_run_s": median_run,
             "speedup": single / median_run,
             "speedup_with_startup": single_total / median_total,
+            # Each device's wall time per job, and where it went (the run nearest the median).
+            "device_s_per_job": n * median_run / max(len(jobs), 1),
+            "ms_per_job_by_phase": {
+                device: {k: round(1e3 * v, 2) for k, v in phase_means(entry).items()}
+                for device, entry in middle["stages"].items()
+            },
             "runs": [
                 {k: v for k, v in r.items() if k not in ("statuses", "environments")}
                 for r in measured
