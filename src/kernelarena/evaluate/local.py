@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelarena.evaluate.bytecode import with_bytecode
-from kernelarena.evaluate.jobs import JobResult, Timeouts
+from kernelarena.evaluate.jobs import JobResult, Timeouts, take_job
 from kernelarena.evaluate.leftovers import mark_owner, sweep
 from kernelarena.evaluate.worker import read_tail
 
@@ -291,32 +291,9 @@ class LocalExecutor:
             on_result(job, JobResult(trace=trace, device=worker.device))
 
     def _take(self, worker: _Worker) -> Job | None:
-        """The next queued job whose solution is built: of the solution the worker's sandbox
-        serves, else of a solution no other worker is on, else of one another worker is on
-        (the run's last solutions, shared); None while every queued job waits for its build.
-        A solution new to a worker costs it a sandbox start and, on a GPU, the wait for the
-        spare that replaces it (seconds). In first-come order every worker took a share of
-        every solution's jobs, so each started a sandbox for every solution of the run (two
-        workers on a CPU: 6 sandboxes for 3 solutions, where one worker started 3)."""
+        """The worker's next job among those whose solution is built (``jobs.take_job``)."""
         others = {w.solution for w in self._workers if w is not worker and w.job is not None}
-        own = unserved = shared = None
-        for index, job in enumerate(self._queue):
-            if not self._ready(job):
-                continue
-            name = job.solution.name
-            if name == worker.solution:
-                own = index
-                break
-            if name not in others:
-                unserved = index if unserved is None else unserved
-            elif shared is None:
-                shared = index
-        chosen = next((i for i in (own, unserved, shared) if i is not None), None)
-        if chosen is None:
-            return None
-        job = self._queue[chosen]
-        del self._queue[chosen]
-        return job
+        return take_job(self._queue, worker.solution, {o for o in others if o}, self._ready)
 
     def _submit(self, worker: _Worker, job: Job) -> None:
         worker.stages = {}
@@ -370,27 +347,25 @@ class LocalExecutor:
         on_result: Callable[[Job, JobResult], None],
     ) -> None:
         """A worker's result: the worker gets its next job before this one's trace is recorded."""
-        from kernelarena.data import Environment, Status, Trace
+        from kernelarena.data import Environment, Status
 
         received = time.monotonic()
         worker.job = None
-        stages = dict(outcome.get("stages") or {}, **worker.stages)
+        parent = dict(worker.stages)
         if "sent_at" in outcome:  # the parent's latency, the pipe and the pickling
-            stages["parent:delivery"] = round(received - outcome["sent_at"], 6)
+            parent["parent:delivery"] = round(received - outcome["sent_at"], 6)
         if "internal_error" in outcome:
             log = "kernelarena internal error while evaluating:\n" + outcome["internal_error"]
             environment = Environment.model_validate(worker.environment)
             failure = job.failure_trace(environment, Status.RUNTIME_ERROR, log)
+            stages = {**outcome.get("stages", {}), **parent}
             on_result(job, JobResult(trace=failure, device=worker.device, stages=stages))
             return
-        trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
+        result = JobResult.from_payload(outcome, worker.device)
         following = self._take(worker) if not outcome["fatal"] else None
         if following is not None:
             self._submit(worker, following)
-        stages["parent:decode"] = round(time.monotonic() - received, 6)
-        result = JobResult(
-            trace=trace, skipped=outcome["skipped"], device=worker.device, stages=stages
-        )
+        result.stages.update(parent, **{"parent:decode": round(time.monotonic() - received, 6)})
         on_result(job, result)
         if outcome["fatal"]:
             self._replace(worker)
