@@ -18,10 +18,9 @@ off and a mark costs one attribute read.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 Function = TypeVar("Function", bound=Callable[..., Any])
@@ -47,23 +46,24 @@ class StageClock:
             self._charge()
             self._path[0] = phase
 
-    @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str) -> _Stage:
         """A nested stage: its time is taken out of the stage around it. Inside a stage of the
         same name (a judge's clock that takes a second look through itself) it is that stage."""
+        return _Stage(self, name)
+
+    def _enter(self, name: str) -> int:
+        """The depth of the stage opened, or 0 for none (the clock is off, or in that stage)."""
         if not self.running or self._path[-1] == name:
-            yield
-            return
+            return 0
         self._charge()
         self._path.append(name)
-        depth = len(self._path)
-        try:
-            yield
-        finally:
-            # A job taken while this stage was open (``take`` from a failure path) ended it.
-            if self.running and len(self._path) == depth:
-                self._charge()
-                self._path.pop()
+        return len(self._path)
+
+    def _exit(self, depth: int) -> None:
+        # A job taken while this stage was open (``take`` from a failure path) ended it.
+        if depth and self.running and len(self._path) == depth:
+            self._charge()
+            self._path.pop()
 
     def take(self) -> dict[str, float]:
         """The job's seconds by stage path, and the clock off until the next ``begin``."""
@@ -78,6 +78,21 @@ class StageClock:
         path = "/".join(self._path)
         self._seconds[path] = self._seconds.get(path, 0.0) + now - self._since
         self._since = now
+
+
+class _Stage:
+    """``StageClock.stage``: a class rather than a generator, a few times cheaper a mark."""
+
+    __slots__ = ("_clock", "_depth", "_name")
+
+    def __init__(self, clock: StageClock, name: str) -> None:
+        self._clock, self._name, self._depth = clock, name, 0
+
+    def __enter__(self) -> None:
+        self._depth = self._clock._enter(self._name)
+
+    def __exit__(self, *exc: object) -> None:
+        self._clock._exit(self._depth)
 
 
 JOB_STAGES = StageClock()
