@@ -27,7 +27,8 @@ reply), its idle wait between jobs and the parent's share, then the larger neste
 every stage of every run (``stages``) and, per device count, the phases of the median run
 (``ms_per_job_by_phase``). ``--profile DIR`` also writes cProfile files of each measured run's
 parent and judges (``DIR/<n>dev-r<repeat>/``, with a text summary beside each; with ``--executor
-ray``, the judges of every run in ``DIR/ray-judges/``). ``--executor ray`` runs the same over a Ray
+ray``, the judges of every run in ``DIR/ray-judges/``); cProfile slows the judges' Python, so take
+speedups and stage times from a run without it. ``--executor ray`` runs the same over a Ray
 started in this process, one actor per device (Ray picks the GPUs); its results land in
 ``scaling_ray_<device>_<date>.json``.
 
@@ -184,7 +185,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--profile",
         type=Path,
         help="cProfile each measured run's parent and judges into a folder of this one "
-        "(<devices>dev-r<repeat>/: parent.prof, worker-<pid>.prof, and a .txt summary of each)",
+        "(<devices>dev-r<repeat>/: parent.prof, worker-<pid>.prof, and a .txt summary of each); "
+        "the profiled runs are slower than plain ones",
     )
     args = parser.parse_args(argv)
 
