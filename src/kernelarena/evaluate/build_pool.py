@@ -405,28 +405,6 @@ def _outcome(reply: dict[str, Any], started: float, seconds: float) -> BuildOutc
     )
 
 
-def merged_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several pools' ``summary`` as one (the Ray executor's actors each have a pool): counts and
-    busy time added, the longest wall and build kept, and ``pools``, how many there were."""
-    found = [s for s in summaries if s]
-    if not found:
-        return {}
-    counts: dict[str, int] = {}
-    for summary in found:
-        for status, count in summary["by_status"].items():
-            counts[status] = counts.get(status, 0) + count
-    return {
-        "pools": len(found),
-        "slots": sum(s["slots"] for s in found),
-        "builds": sum(s["builds"] for s in found),
-        "by_status": counts,
-        "cached_failures": sum(s["cached_failures"] for s in found),
-        "wall_s": max(s["wall_s"] for s in found),
-        "busy_s": round(sum(s["busy_s"] for s in found), 3),
-        "longest_s": max(s["longest_s"] for s in found),
-    }
-
-
 def pool_outcomes(
     pairs: list[tuple[Definition, Solution]],
     device: str,

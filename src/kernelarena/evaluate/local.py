@@ -16,11 +16,9 @@ import contextlib
 import multiprocessing
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -33,6 +31,7 @@ from kernelarena.evaluate.bytecode import with_bytecode
 from kernelarena.evaluate.jobs import JobResult, Timeouts, take_job
 from kernelarena.evaluate.leftovers import mark_owner, sweep
 from kernelarena.evaluate.worker import read_tail
+from kernelarena.evaluate.worker_process import WorkerProcess, answered, death_note, said_closed
 
 if TYPE_CHECKING:
     from kernelarena.data import Status
@@ -121,7 +120,7 @@ class LocalExecutor:
             with contextlib.suppress(OSError, BrokenPipeError):
                 worker.conn.send(("stop",))
         for worker in self._workers:
-            if _closed(worker, timeout=10):
+            if said_closed(worker.conn, worker.process, timeout=10):
                 # Its sandboxes are gone and its log is flushed; what is left is the kernel's
                 # teardown of its CUDA context (0.3-0.4 s on an H100), which need not hold up the
                 # caller.
@@ -173,10 +172,10 @@ class LocalExecutor:
             start_new_session=True,
         )
         child.close()
-        return _Worker(device, _Process(process), parent, log_path, spawned_at=spawned_at)
+        return _Worker(device, WorkerProcess(process), parent, log_path, spawned_at=spawned_at)
 
     def _await_ready(self, worker: _Worker) -> _Worker:
-        if not _poll_alive(worker, self.timeouts.startup_s):
+        if not answered(worker.conn, worker.process, self.timeouts.startup_s):
             tail = read_tail(worker.log_path)
             worker.process.kill()
             raise RuntimeError(
@@ -328,7 +327,7 @@ class LocalExecutor:
                 pass  # the worker died mid-message: handled below
         if not worker.process.is_alive():
             worker.process.join(timeout=5)
-            log = _death_note(worker.process.exitcode) + "\n" + read_tail(worker.log_path)
+            log = death_note(worker.process.exitcode) + "\n" + read_tail(worker.log_path)
             self._fail(worker, job, Status.RUNTIME_ERROR, log, on_result)
         elif time.monotonic() > worker.deadline:
             limit = self.timeouts.build_s if worker.stage == "building" else self.timeouts.run_s
@@ -386,69 +385,3 @@ class LocalExecutor:
         on_result(
             job, JobResult(trace=job.failure_trace(environment, status, log), device=worker.device)
         )
-
-
-class _Process:
-    """The few calls the executor makes on a worker process, over ``subprocess.Popen``."""
-
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self.popen = popen
-
-    def is_alive(self) -> bool:
-        return self.popen.poll() is None
-
-    @property
-    def exitcode(self) -> int | None:
-        return self.popen.poll()
-
-    def join(self, timeout: float | None = None) -> None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=timeout)
-
-    def reap_in_background(self) -> None:
-        if self.popen.poll() is None:
-            threading.Thread(target=self.popen.wait, name="reap-worker", daemon=True).start()
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGKILL)  # the worker and anything it started
-            except (ProcessLookupError, PermissionError):
-                self.popen.kill()
-
-
-def _closed(worker: _Worker, timeout: float) -> bool:
-    """Whether a stopped worker said it has closed (or has exited) within ``timeout``; results
-    still in the pipe are dropped: ``close`` comes after the last job."""
-    deadline = time.monotonic() + timeout
-    try:
-        while worker.conn.poll(max(0.0, deadline - time.monotonic())):
-            if worker.conn.recv()[0] == "closed":
-                return True
-    except (EOFError, OSError):
-        worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
-        return not worker.process.is_alive()
-    return False
-
-
-def _poll_alive(worker: _Worker, timeout: float) -> bool:
-    """Wait for a message from a starting worker; False if it dies or the time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if worker.conn.poll(0.2):
-            return True
-        if not worker.process.is_alive():
-            return worker.conn.poll(0)
-    return False
-
-
-def _death_note(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "the worker process stopped answering"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = str(-exitcode)
-        return f"the worker process died from signal {name} while running the solution"
-    return f"the worker process exited with code {exitcode} while running the solution"

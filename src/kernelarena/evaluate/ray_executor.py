@@ -28,7 +28,6 @@ from dataclasses import asdict
 from typing import Any
 
 from kernelarena.data import Environment, Status
-from kernelarena.evaluate.build_pool import merged_summaries
 from kernelarena.evaluate.jobs import Job, JobResult, Timeouts, take_job
 from kernelarena.evaluate.ray_actor import EvaluationHost, import_ray
 from kernelarena.evaluate.ray_placement import (
@@ -39,7 +38,7 @@ from kernelarena.evaluate.ray_placement import (
     actors_that_fit,
     label_note,
 )
-from kernelarena.evaluate.ray_wire import ShippedBlobs, build_requests
+from kernelarena.evaluate.ray_wire import ShippedBlobs, build_requests, merged_summaries
 
 # Seconds a job may stay in flight beyond its build, run and worker-restart limits before the
 # driver stops trusting the actor; a backstop for a node that hangs without Ray noticing.
@@ -192,7 +191,7 @@ class RayExecutor:
         self.build_summary = self._pools_summary()
 
     def _pools_summary(self) -> dict[str, Any]:
-        """The ready actors' pools as one (``build_pool.merged_summaries``); an actor that does
+        """The ready actors' pools as one (``ray_wire.merged_summaries``); an actor that does
         not answer within seconds is left out."""
         assert self._fleet is not None
         asked = [a.handle.build_summary.remote() for a in self._fleet.actors if a.ready_ref is None]

@@ -1,7 +1,8 @@
 """What travels between the Ray executor's driver and its actors besides a job's payload
-(``jobs.Job.payload``, ``JobResult.payload``): the run's builds for each actor's pool, and the
-safetensors files of workloads that load their inputs from a dataset folder, which go through
-Ray's object store once per file and are written out again on the actor's node."""
+(``jobs.Job.payload``, ``JobResult.payload``): the run's builds for each actor's pool and, at the
+end, what the pools did; and the safetensors files of workloads that load their inputs from a
+dataset folder, which go through Ray's object store once per file and are written out again on
+the actor's node."""
 
 from __future__ import annotations
 
@@ -71,3 +72,25 @@ def materialize(ray: Any, folder: Path, origin: str | None, blobs: dict[str, Any
             partial.write_bytes(ray.get(ref))
             os.replace(partial, target)
     return root
+
+
+def merged_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several pools' ``summary`` as one (the Ray executor's actors each have a pool): counts and
+    busy time added, the longest wall and build kept, and ``pools``, how many there were."""
+    found = [s for s in summaries if s]
+    if not found:
+        return {}
+    counts: dict[str, int] = {}
+    for summary in found:
+        for status, count in summary["by_status"].items():
+            counts[status] = counts.get(status, 0) + count
+    return {
+        "pools": len(found),
+        "slots": sum(s["slots"] for s in found),
+        "builds": sum(s["builds"] for s in found),
+        "by_status": counts,
+        "cached_failures": sum(s["cached_failures"] for s in found),
+        "wall_s": max(s["wall_s"] for s in found),
+        "busy_s": round(sum(s["busy_s"] for s in found), 3),
+        "longest_s": max(s["longest_s"] for s in found),
+    }
