@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import environment, write_report
+from benchmarks.profiles import summarize
 from kernelarena.data import (
     AxisVar,
     BuildSpec,
@@ -39,6 +40,7 @@ from kernelarena.data import (
     Workload,
 )
 from kernelarena.evaluate.benchmark import Benchmark
+from kernelarena.evaluate.job_stages import stage_table
 from kernelarena.evaluate.options import Options
 from kernelarena.evaluate.worker import describe_startup
 
@@ -226,6 +228,7 @@ def main() -> None:
                     "statuses": statuses,
                     "skipped": payload["skipped"],
                     "worker_startup": [e.get("startup") for e in payload["environments"]],
+                    "stages": payload.get("stages", {}),
                 }
             )
             print(
@@ -234,6 +237,10 @@ def main() -> None:
             for worker in payload["environments"]:
                 if worker.get("startup"):
                     print(f"  worker start-up {describe_startup(worker['startup'])}")
+            for line in stage_table(payload.get("stages", {}), label):
+                print("  " + line)
+            if profile is not None:
+                summarize(profile)  # a .txt beside each .prof
         if device.type == "cuda" and not arguments.skip_copy:
             report["copy_agreement"] = copy_agreement(device)
             print("copy agreement:", report["copy_agreement"])

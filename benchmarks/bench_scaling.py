@@ -2,6 +2,8 @@
 
     python -m benchmarks.bench_scaling                         # cuda:0 vs cuda:0,cuda:1
     python -m benchmarks.bench_scaling --devices cpu,cpu --solutions torch_eager --max-jobs 40
+    python -m benchmarks.bench_scaling --devices cuda --profile /tmp/scaling-profiles
+    python -m benchmarks.bench_scaling --devices cuda --executor ray   # a Ray actor per GPU
 
 The workload is ``kernelarena run rmsnorm scale --suite all -s triton,cuda,torch_eager``: 261 jobs
 on a GPU, each checked and timed, each trace appended (and fsynced) to a scratch dataset as in a real
@@ -17,6 +19,19 @@ first; configurations then alternate in order from one repeat to the next. The r
 jobs each device took (jobs go to whichever worker is free), land in
 ``benchmarks/results/scaling_<device>_<date>.json``.
 
+Each run also prints where its devices' time went, as the engine records it (``evaluate/
+stage_clock.py``): per device, the sandboxes its judge started and the mean milliseconds per job
+in each phase of the judge (decode, sandbox_start, build, checks, spare_wait, timing, finish,
+reply), its idle wait between jobs and the parent's share, then the larger nested stages
+(``timing/judge_clocks/sandbox:eager``: the judge's clocks waiting on the sandbox). The JSON keeps
+every stage of every run (``stages``) and, per device count, the phases of the median run
+(``ms_per_job_by_phase``). ``--profile DIR`` also writes cProfile files of each measured run's
+parent and judges (``DIR/<n>dev-r<repeat>/``, with a text summary beside each; with ``--executor
+ray``, the judges of every run in ``DIR/ray-judges/``); cProfile slows the judges' Python, so take
+speedups and stage times from a run without it. ``--executor ray`` runs the same over a Ray
+started in this process, one actor per device (Ray picks the GPUs); its results land in
+``scaling_ray_<device>_<date>.json``.
+
 On a CPU, ``--devices cpu,cpu`` starts two workers on the CPU: a dry run of the mechanics. Both
 share the same cores (and torch's intra-op threads), so expect little speedup there.
 """
@@ -26,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import platform
 import statistics
 import sys
@@ -36,12 +52,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import result_path
+from benchmarks.profiles import parent_profiled, summarize, workers_profiled
 from kernelarena.data import TraceSet
 from kernelarena.evaluate.devices import resolve_devices, visible_gpu_count
+from kernelarena.evaluate.job_stages import phase_means, stage_table
 from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
 from kernelarena.evaluate.local import LocalExecutor
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.runner import plan, run_jobs
+from kernelarena.evaluate.runner import Executor, plan, run_jobs
 from kernelarena.library import load_library
 
 TARGET_SPEEDUP_TWO_DEVICES = 1.8
@@ -57,8 +75,31 @@ def device_counts(total: int) -> list[int]:
     return counts
 
 
-def run_once(jobs: list[Job], devices: list[str], timeouts: Timeouts) -> dict[str, Any]:
-    """Start workers on ``devices``, run ``jobs`` into a scratch dataset; time both apart."""
+def make_executor(kind: str, devices: list[str], timeouts: Timeouts) -> Executor:
+    """A local executor on ``devices``, or Ray actors, one per device (Ray picks the GPUs; the
+    list counts them), started in the Ray of this process (``main``)."""
+    if kind == "local":
+        return LocalExecutor(devices, timeouts, measure_ceilings=False)
+    from kernelarena.evaluate.ray_executor import RayExecutor
+
+    return RayExecutor(
+        timeouts=timeouts,
+        device="cuda" if devices[0].startswith("cuda") else "cpu",
+        workers=len(devices),
+        measure_ceilings=False,
+        join_grace_s=timeouts.startup_s,  # every actor ready before the clock starts
+    )
+
+
+def run_once(
+    jobs: list[Job],
+    devices: list[str],
+    timeouts: Timeouts,
+    profile: Path | None = None,
+    executor_kind: str = "local",
+) -> dict[str, Any]:
+    """Start workers on ``devices``, run ``jobs`` into a scratch dataset; time both apart. With
+    ``profile``, the run's parent and judges are profiled into that folder (``profiles``)."""
     taken: Counter[str] = Counter()
     statuses: dict[tuple[str, str, str], str] = {}
 
@@ -71,24 +112,44 @@ def run_once(jobs: list[Job], devices: list[str], timeouts: Timeouts) -> dict[st
         else:
             statuses[job.key] = f"skipped: {result.skipped}"
 
-    executor = LocalExecutor(devices, timeouts, measure_ceilings=False)
-    with tempfile.TemporaryDirectory(prefix="kernelarena-scaling-") as scratch:
+    executor = make_executor(executor_kind, devices, timeouts)
+    with (
+        tempfile.TemporaryDirectory(prefix="kernelarena-scaling-") as scratch,
+        workers_profiled(profile),
+    ):
         try:
             began = time.perf_counter()
             environments = executor.start()
             started = time.perf_counter()
-            run_jobs(jobs, executor, TraceSet(root=Path(scratch)), on_progress=record)
+            with parent_profiled(profile):
+                output = TraceSet(root=Path(scratch))
+                summary = run_jobs(jobs, executor, output, on_progress=record)
             finished = time.perf_counter()
         finally:
-            executor.close()
+            executor.close()  # the judges write their profiles as they stop
+    if profile is not None:
+        summarize(profile)
     return {
         "devices": devices,
         "startup_s": started - began,
         "run_s": finished - started,
         "jobs_per_device": dict(sorted(taken.items())),
+        "stages": summary.stages,
         "statuses": statuses,
         "environments": environments,
     }
+
+
+def start_ray(profile: Path | None) -> None:
+    """A Ray of this process's own for the Ray executor's runs. Ray's workers keep the
+    environment they start with, so with ``profile`` the judges inside its actors profile
+    themselves into ``profile/ray-judges`` (every run's together)."""
+    import ray
+
+    if profile is not None:
+        (profile / "ray-judges").mkdir(parents=True, exist_ok=True)
+        os.environ["KERNELARENA_WORKER_PROFILE"] = str(profile / "ray-judges")
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -114,6 +175,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="before measuring, run every job once (all), one job per solution (builds), or none",
     )
     parser.add_argument("--no-write", action="store_true", help="print, do not save the JSON")
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="a worker per device, or a Ray actor per device in a Ray started here",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="cProfile each measured run's parent and judges into a folder of this one "
+        "(<devices>dev-r<repeat>/: parent.prof, worker-<pid>.prof, and a .txt summary of each); "
+        "the profiled runs are slower than plain ones",
+    )
     args = parser.parse_args(argv)
 
     default = "cuda:0,cuda:1" if visible_gpu_count() >= 2 else "cpu,cpu"
@@ -126,12 +200,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     jobs = plan(library, args.definitions.split(","), solutions, args.suite, on_gpu, options)
     jobs = jobs[: args.max_jobs] if args.max_jobs else jobs
     print(f"{len(jobs)} jobs; device counts {device_counts(len(widest))} of {','.join(widest)}")
+    if args.executor == "ray":
+        start_ray(args.profile)
 
     warmup_s = 0.0
     if args.warmup != "none":
         warm = jobs if args.warmup == "all" else list({j.solution.name: j for j in jobs}.values())
         began = time.perf_counter()
-        run_once(warm, widest, timeouts)
+        run_once(warm, widest, timeouts, executor_kind=args.executor)
         warmup_s = time.perf_counter() - began
         print(f"warm-up: {len(warm)} jobs in {warmup_s:.1f} s")
 
@@ -140,22 +216,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for repeat in range(args.repeats):
         order = counts if repeat % 2 == 0 else counts[::-1]
         for n in order:
-            run = run_once(jobs, widest[:n], timeouts)
+            profile = args.profile / f"{n}dev-r{repeat}" if args.profile else None
+            run = run_once(jobs, widest[:n], timeouts, profile, args.executor)
             runs[n].append(run)
             print(
                 f"{n} device(s): run {run['run_s']:.1f} s, start-up {run['startup_s']:.1f} s, "
                 f"jobs per device {run['jobs_per_device']}"
             )
+            print("\n".join(stage_table(run["stages"], f"{n} device(s)")))
 
+    if args.profile is not None and args.executor == "ray":
+        summarize(args.profile / "ray-judges")  # written as the actors stopped
     report = build_report(args, jobs, widest, runs, warmup_s)
     for n, row in report["results"].items():
         print(
-            f"{n} device(s): median run {row['median_run_s']:.1f} s, speedup {row['speedup']:.2f}x"
+            f"{n} device(s): median run {row['median_run_s']:.1f} s, speedup {row['speedup']:.2f}x, "
+            f"{row['device_s_per_job']:.3f} s of a device per job"
         )
     if report["disagreements"]:
         print(f"{len(report['disagreements'])} jobs changed status between runs (see the JSON)")
     if not args.no_write:
-        path = result_path("scaling", report["environment"])
+        name = "scaling" if args.executor == "local" else f"scaling_{args.executor}"
+        path = result_path(name, report["environment"])
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {path}")
@@ -175,11 +257,18 @@ def build_report(
     for n, measured in runs.items():
         median_run = statistics.median(r["run_s"] for r in measured)
         median_total = statistics.median(r["run_s"] + r["startup_s"] for r in measured)
+        middle = min(measured, key=lambda r: abs(r["run_s"] - median_run))
         results[str(n)] = {
             "devices": widest[:n],
             "median_run_s": median_run,
             "speedup": single / median_run,
             "speedup_with_startup": single_total / median_total,
+            # Each device's wall time per job, and where it went (the run nearest the median).
+            "device_s_per_job": n * median_run / max(len(jobs), 1),
+            "ms_per_job_by_phase": {
+                device: {k: round(1e3 * v, 2) for k, v in phase_means(entry).items()}
+                for device, entry in middle["stages"].items()
+            },
             "runs": [
                 {k: v for k, v in r.items() if k not in ("statuses", "environments")}
                 for r in measured
@@ -217,6 +306,7 @@ def build_report(
             "jobs": len(jobs),
             "jobs_by_solution": dict(Counter(j.solution.name for j in jobs)),
             "warmup": args.warmup,
+            "executor": args.executor,
             "warmup_s": warmup_s,
             "repeats": args.repeats,
         },

@@ -23,6 +23,8 @@ solution and batch. They time differently: FlashInfer-Bench
 takes the mean of 50 calls, each timed with CUDA events after an L2 flush, launch included;
 kernelarena the median, as CUDA graph replays (launch gaps not counted) for calls under 100 us, and
 it also records the eager per-call time (eager_call_ms), the figure closer to the peer's there.
+Each of kernelarena's runs prints where its jobs' time went, as the engine records it (the stage
+table of ``evaluate/job_stages.py``, kept under ``stages`` in the JSON).
 
 Both tools run on the GPUs of --gpus (CUDA_VISIBLE_DEVICES): FlashInfer-Bench takes every visible
 GPU and has no device option. Without a GPU only kernelarena runs (FlashInfer-Bench's runner needs
@@ -53,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_engine import python_bytecode
 from benchmarks.harness import environment, write_report
+from kernelarena.evaluate.job_stages import stage_table
 
 try:
     from flashinfer_bench.data import (
@@ -421,6 +424,7 @@ def timed_run(setup: Setup, tool: str, label: str, repeat: int, caches: Path) ->
         # Worker start-up split (import torch, CUDA context): where a warm run's time goes.
         record["skipped"] = payload.get("skipped", [])
         record["worker_startup"] = [e.get("startup") for e in payload.get("environments", [])]
+        record["stages"] = payload.get("stages", {})  # where each job's time went, by device
     return record
 
 
@@ -464,6 +468,8 @@ def print_run(record: dict[str, Any], expected: int) -> None:
         print("    stderr tail:\n" + record.get("stderr_tail", "")[-1500:])
         for skipped in record.get("skipped", []):
             print(f"    skipped: {skipped}")
+    for line in stage_table(record.get("stages", {})):
+        print("    " + line)
 
 
 def prime_page_cache(gpus: str | None) -> float:

@@ -29,14 +29,12 @@ from kernelarena.data import (
 from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
 from kernelarena.evaluate.local import LocalExecutor
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.ray_executor import (
-    RAY_MISSING,
-    RayExecutor,
-    actors_that_fit,
-    import_ray,
-)
+from kernelarena.evaluate.ray_actor import RAY_MISSING, import_ray
+from kernelarena.evaluate.ray_executor import RayExecutor
+from kernelarena.evaluate.ray_placement import actors_that_fit
 from kernelarena.evaluate.runner import Executor, plan, run_jobs
 from tests.evaluate.bad_solutions import CPU_CASES, DEFINITION, solution, trace_set
+from tests.evaluate.test_build_pool import BAD, GOOD, UNDEFINED, needs_nvcc
 
 OPTIONS = Options(trials=2, budget_ms=20, max_iterations=20)
 TIMEOUTS = Timeouts(build_s=120, run_s=6, startup_s=300)
@@ -303,3 +301,35 @@ def test_a_job_that_kills_every_actor_fails_after_its_retries(executor: RayExecu
     assert trace.evaluation is not None
     assert trace.evaluation.status is Status.RUNTIME_ERROR
     assert "lost 2 times" in trace.evaluation.log, trace.evaluation.log
+
+
+@needs_nvcc
+@pytest.mark.timeout(600)
+def test_compiled_solutions_are_built_ahead_in_the_actors_pools(executor: RayExecutor) -> None:
+    """Each actor's pool builds the run's CUDA solutions before their jobs (here for sm_90a on
+    a CPU): a build's failure is the job's verdict without a judge (no stages), and the good
+    one is compiled, then not run."""
+    made = trace_set({}, sizes=(100, 200))
+    good, bad = GOOD[0], BAD
+    for compiled in (good, bad):
+        made.add_solution(compiled)
+    jobs = [j for j in plan(made, options=OPTIONS) if j.solution.name in (good.name, bad.name)]
+    stages: dict[str, list[dict[str, float]]] = {}
+
+    def record(job: Job, result: JobResult | None) -> None:
+        assert result is not None
+        stages.setdefault(job.solution.name, []).append(result.stages)
+
+    summary = run_jobs(jobs, executor, None, on_progress=record)
+    failed = [t for t in summary.traces if t.solution == bad.name]
+    assert len(failed) == 2
+    for trace in failed:
+        assert trace.evaluation is not None
+        assert trace.evaluation.status is Status.COMPILE_ERROR
+        assert UNDEFINED in trace.evaluation.log, trace.evaluation.log
+    assert stages[bad.name] == [{}, {}]  # the pool's verdict: no judge evaluated them
+    assert [why for job, why in summary.skipped] == [
+        "compiled for sm_90a; not run: no GPU here"
+    ] * 2
+    assert summary.builds["pools"] == 2
+    assert {"built", "failed"} <= set(summary.builds["by_status"])

@@ -107,6 +107,7 @@ def json_summary(summary: RunSummary, made: Plan) -> dict[str, Any]:
         ],
         "resumed": summary.resumed,
         "builds": summary.builds,
+        "stages": summary.stages,
     }
 
 

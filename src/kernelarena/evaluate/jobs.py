@@ -1,7 +1,10 @@
-"""A job (one solution on one workload), its result, and the time limits around it."""
+"""A job (one solution on one workload), its result, their wire format (JSON-ready dicts, for a
+worker process or a Ray actor), the time limits around a job, and which job a free worker takes."""
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,12 +44,75 @@ class Job:
             "blob_root": str(self.blob_root) if self.blob_root else None,
         }
 
+    @classmethod
+    def from_payload(cls, job_id: int, payload: dict[str, Any]) -> Job:
+        """The inverse of ``payload``."""
+        from kernelarena.data import Definition, Solution, Workload
+
+        return cls(
+            job_id,
+            Definition.model_validate(payload["definition"]),
+            Solution.model_validate(payload["solution"]),
+            Workload.model_validate(payload["workload"]),
+            Options(**payload["options"]),
+            Path(payload["blob_root"]) if payload.get("blob_root") else None,
+        )
+
     def failure_trace(self, environment: Environment, status: Status, log: str) -> Trace:
         return make_trace(self.definition, self.solution, self.workload, environment, status, log)
 
 
 @dataclass
 class JobResult:
+    """``stages``: where the job's wall time went, in seconds by stage (``stage_clock``: the
+    judge's phases and the stages nested in them, which add up to its time in the judge;
+    ``idle``, the judge's wait for it; ``parent:*``, the executor's share); empty where no judge
+    evaluated it (a build's failure, a lost worker)."""
+
     trace: Trace | None = None
     skipped: str | None = None
     device: str = ""
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        trace = self.trace.to_json_dict() if self.trace is not None else None
+        return {"trace": trace, "skipped": self.skipped, "stages": self.stages}
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], device: str) -> JobResult:
+        """The inverse of ``payload``, from ``device``."""
+        from kernelarena.data import Trace
+
+        trace = Trace.model_validate(payload["trace"]) if payload["trace"] else None
+        stages = dict(payload.get("stages") or {})
+        return cls(trace=trace, skipped=payload["skipped"], device=device, stages=stages)
+
+
+def take_job(
+    queue: deque[Job], own: str | None, others: set[str], ready: Callable[[Job], bool]
+) -> Job | None:
+    """Remove and return the next job for a free worker whose sandbox serves the solution
+    ``own``, among the ``ready`` ones: of ``own``, else of a solution not in ``others`` (those
+    the other busy workers are on), else of one of those (the run's last solutions, shared);
+    None when none is ready. A solution new to a worker costs it a sandbox start and, on a GPU,
+    the wait for the spare that replaces it (seconds). In first-come order every worker took a
+    share of every solution's jobs, so each started a sandbox for every solution of the run
+    (two workers on a CPU: 6 sandboxes for 3 solutions, where one worker started 3)."""
+    mine = unserved = shared = None
+    for index, job in enumerate(queue):
+        if not ready(job):
+            continue
+        name = job.solution.name
+        if name == own:
+            mine = index
+            break
+        if name not in others:
+            unserved = index if unserved is None else unserved
+        elif shared is None:
+            shared = index
+    chosen = next((i for i in (mine, unserved, shared) if i is not None), None)
+    if chosen is None:
+        return None
+    job = queue[chosen]
+    del queue[chosen]
+    return job

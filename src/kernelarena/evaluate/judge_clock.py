@@ -24,6 +24,7 @@ from kernelarena.evaluate.confine import descendants, stat_fields
 from kernelarena.evaluate.crosscheck import EVENT_MODES, JudgeClock, TimingRejected, check_reported
 from kernelarena.evaluate.pass_check import after_pass, before_pass
 from kernelarena.evaluate.shared_sets import SetMaker, SharedSet
+from kernelarena.evaluate.stage_clock import staged
 from kernelarena.evaluate.timing import Timing, summarize
 
 # The judge's replays of a graph run at least this long, so one synchronization is noise.
@@ -57,6 +58,7 @@ CPU_CLOCK_WALL_S = 6.0
 Quiet = Callable[[], AbstractContextManager[None]]
 
 
+@staged("judge_clocks")
 def judge_clock(
     sets: SetMaker, rotated: list[SharedSet], reported: Timing, span: float = 1.0
 ) -> JudgeClock:
@@ -68,6 +70,7 @@ def judge_clock(
     return JudgeClock(eager_call_ms=eager_ms, graph_call_ms=graph_ms)
 
 
+@staged("judge_clocks")
 def agreed_clock(
     sets: SetMaker,
     rotated: list[SharedSet],
@@ -182,6 +185,7 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> fl
     return _per_call(sets, timed, lambda n: ("eager", ids, n), count, what) / count
 
 
+@staged("judge_clocks")
 def eager_second_look(sets: SetMaker, rotated: list[SharedSet], clock: JudgeClock) -> JudgeClock:
     """``clock`` with the eager clock taken once more, the lesser kept. Its batches run within
     milliseconds of each other, and one stall of the host can cover them all (on an H100,
@@ -191,6 +195,7 @@ def eager_second_look(sets: SetMaker, rotated: list[SharedSet], clock: JudgeCloc
     return replace(clock, eager_call_ms=min(clock.eager_call_ms, eager_clock(sets, rotated)))
 
 
+@staged("judge_clocks")
 def host_submit_ms(sets: SetMaker, timed: list[SharedSet], eager_call_ms: float) -> float | None:
     """Per call, the host time of a short burst of eager calls before the device is synchronized
     (the least of ``CLOCK_BATCHES`` bursts of ``SUBMIT_BURST``, or as many as take

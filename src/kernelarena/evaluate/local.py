@@ -16,11 +16,9 @@ import contextlib
 import multiprocessing
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -30,9 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelarena.evaluate.bytecode import with_bytecode
-from kernelarena.evaluate.jobs import JobResult, Timeouts
+from kernelarena.evaluate.jobs import JobResult, Timeouts, take_job
 from kernelarena.evaluate.leftovers import mark_owner, sweep
 from kernelarena.evaluate.worker import read_tail
+from kernelarena.evaluate.worker_process import WorkerProcess, answered, death_note, said_closed
 
 if TYPE_CHECKING:
     from kernelarena.data import Status
@@ -54,6 +53,8 @@ class _Worker:
     spawned_at: float = 0.0
     startup: dict[str, Any] = field(default_factory=dict)
     solution: str | None = None  # of its last job: the one its sandbox serves
+    free_since: float | None = None  # time.monotonic() since it waits for a build to end
+    stages: dict[str, float] = field(default_factory=dict)  # its job's, measured here
 
 
 class LocalExecutor:
@@ -119,7 +120,7 @@ class LocalExecutor:
             with contextlib.suppress(OSError, BrokenPipeError):
                 worker.conn.send(("stop",))
         for worker in self._workers:
-            if _closed(worker, timeout=10):
+            if said_closed(worker.conn, worker.process, timeout=10):
                 # Its sandboxes are gone and its log is flushed; what is left is the kernel's
                 # teardown of its CUDA context (0.3-0.4 s on an H100), which need not hold up the
                 # caller.
@@ -171,10 +172,10 @@ class LocalExecutor:
             start_new_session=True,
         )
         child.close()
-        return _Worker(device, _Process(process), parent, log_path, spawned_at=spawned_at)
+        return _Worker(device, WorkerProcess(process), parent, log_path, spawned_at=spawned_at)
 
     def _await_ready(self, worker: _Worker) -> _Worker:
-        if not _poll_alive(worker, self.timeouts.startup_s):
+        if not answered(worker.conn, worker.process, self.timeouts.startup_s):
             tail = read_tail(worker.log_path)
             worker.process.kill()
             raise RuntimeError(
@@ -220,6 +221,8 @@ class LocalExecutor:
                         job = self._take(worker)
                         if job is not None:
                             self._submit(worker, job)
+                        elif self._queue and worker.free_since is None:
+                            worker.free_since = time.monotonic()  # every queued job is unbuilt
                 busy = [w for w in self._workers if w.job is not None]
                 waitables: list[Any] = [w.conn for w in busy]
                 timeout = 1.0
@@ -287,26 +290,15 @@ class LocalExecutor:
             on_result(job, JobResult(trace=trace, device=worker.device))
 
     def _take(self, worker: _Worker) -> Job | None:
-        """The next queued job of the solution the worker's sandbox serves, else the first,
-        among those whose solution is built; None while every queued job waits for its build.
-        With several workers, first-come order would hand a solution's jobs to each in turn,
-        and each would start a sandbox (seconds) for almost every job."""
-        first = None
-        for index, job in enumerate(self._queue):
-            if not self._ready(job):
-                continue
-            if job.solution.name == worker.solution:
-                del self._queue[index]
-                return job
-            if first is None:
-                first = index
-        if first is None:
-            return None
-        job = self._queue[first]
-        del self._queue[first]
-        return job
+        """The worker's next job among those whose solution is built (``jobs.take_job``)."""
+        others = {w.solution for w in self._workers if w is not worker and w.job is not None}
+        return take_job(self._queue, worker.solution, {o for o in others if o}, self._ready)
 
     def _submit(self, worker: _Worker, job: Job) -> None:
+        worker.stages = {}
+        if worker.free_since is not None:
+            worker.stages["parent:build_wait"] = round(time.monotonic() - worker.free_since, 6)
+            worker.free_since = None
         worker.job = job
         worker.solution = job.solution.name
         worker.stage = "building"
@@ -317,7 +309,7 @@ class LocalExecutor:
         self, worker: _Worker, ready: list[Any], on_result: Callable[[Job, JobResult], None]
     ) -> None:
         # Here, not at the top: the command line launches workers before it builds the schemas.
-        from kernelarena.data import Environment, Status, Trace
+        from kernelarena.data import Status
 
         job = worker.job
         assert job is not None
@@ -329,41 +321,13 @@ class LocalExecutor:
                         worker.stage = message[2]
                         worker.deadline = time.monotonic() + self.timeouts.run_s
                     elif message[0] == "result":
-                        worker.job = None
-                        outcome = message[2]
-                        if "internal_error" in outcome:
-                            log = (
-                                "kernelarena internal error while evaluating:\n"
-                                + outcome["internal_error"]
-                            )
-                            environment = Environment.model_validate(worker.environment)
-                            on_result(
-                                job,
-                                JobResult(
-                                    trace=job.failure_trace(environment, Status.RUNTIME_ERROR, log),
-                                    device=worker.device,
-                                ),
-                            )
-                            return
-                        trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
-                        following = self._take(worker) if not outcome["fatal"] else None
-                        if following is not None:
-                            # The worker starts its next job while this one's trace is recorded.
-                            self._submit(worker, following)
-                        on_result(
-                            job,
-                            JobResult(
-                                trace=trace, skipped=outcome["skipped"], device=worker.device
-                            ),
-                        )
-                        if outcome["fatal"]:
-                            self._replace(worker)
+                        self._received(worker, job, message[2], on_result)
                         return
             except (EOFError, OSError):
                 pass  # the worker died mid-message: handled below
         if not worker.process.is_alive():
             worker.process.join(timeout=5)
-            log = _death_note(worker.process.exitcode) + "\n" + read_tail(worker.log_path)
+            log = death_note(worker.process.exitcode) + "\n" + read_tail(worker.log_path)
             self._fail(worker, job, Status.RUNTIME_ERROR, log, on_result)
         elif time.monotonic() > worker.deadline:
             limit = self.timeouts.build_s if worker.stage == "building" else self.timeouts.run_s
@@ -373,6 +337,37 @@ class LocalExecutor:
             )
             status = Status.COMPILE_ERROR if worker.stage == "building" else Status.TIMEOUT
             self._fail(worker, job, status, log, on_result)
+
+    def _received(
+        self,
+        worker: _Worker,
+        job: Job,
+        outcome: dict[str, Any],
+        on_result: Callable[[Job, JobResult], None],
+    ) -> None:
+        """A worker's result: the worker gets its next job before this one's trace is recorded."""
+        from kernelarena.data import Environment, Status
+
+        received = time.monotonic()
+        worker.job = None
+        parent = dict(worker.stages)
+        if "sent_at" in outcome:  # the parent's latency, the pipe and the pickling
+            parent["parent:delivery"] = round(received - outcome["sent_at"], 6)
+        if "internal_error" in outcome:
+            log = "kernelarena internal error while evaluating:\n" + outcome["internal_error"]
+            environment = Environment.model_validate(worker.environment)
+            failure = job.failure_trace(environment, Status.RUNTIME_ERROR, log)
+            stages = {**outcome.get("stages", {}), **parent}
+            on_result(job, JobResult(trace=failure, device=worker.device, stages=stages))
+            return
+        result = JobResult.from_payload(outcome, worker.device)
+        following = self._take(worker) if not outcome["fatal"] else None
+        if following is not None:
+            self._submit(worker, following)
+        result.stages.update(parent, **{"parent:decode": round(time.monotonic() - received, 6)})
+        on_result(job, result)
+        if outcome["fatal"]:
+            self._replace(worker)
 
     def _fail(
         self,
@@ -390,69 +385,3 @@ class LocalExecutor:
         on_result(
             job, JobResult(trace=job.failure_trace(environment, status, log), device=worker.device)
         )
-
-
-class _Process:
-    """The few calls the executor makes on a worker process, over ``subprocess.Popen``."""
-
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self.popen = popen
-
-    def is_alive(self) -> bool:
-        return self.popen.poll() is None
-
-    @property
-    def exitcode(self) -> int | None:
-        return self.popen.poll()
-
-    def join(self, timeout: float | None = None) -> None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=timeout)
-
-    def reap_in_background(self) -> None:
-        if self.popen.poll() is None:
-            threading.Thread(target=self.popen.wait, name="reap-worker", daemon=True).start()
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGKILL)  # the worker and anything it started
-            except (ProcessLookupError, PermissionError):
-                self.popen.kill()
-
-
-def _closed(worker: _Worker, timeout: float) -> bool:
-    """Whether a stopped worker said it has closed (or has exited) within ``timeout``; results
-    still in the pipe are dropped: ``close`` comes after the last job."""
-    deadline = time.monotonic() + timeout
-    try:
-        while worker.conn.poll(max(0.0, deadline - time.monotonic())):
-            if worker.conn.recv()[0] == "closed":
-                return True
-    except (EOFError, OSError):
-        worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
-        return not worker.process.is_alive()
-    return False
-
-
-def _poll_alive(worker: _Worker, timeout: float) -> bool:
-    """Wait for a message from a starting worker; False if it dies or the time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if worker.conn.poll(0.2):
-            return True
-        if not worker.process.is_alive():
-            return worker.conn.poll(0)
-    return False
-
-
-def _death_note(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "the worker process stopped answering"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = str(-exitcode)
-        return f"the worker process died from signal {name} while running the solution"
-    return f"the worker process exited with code {exitcode} while running the solution"

@@ -1,158 +1,48 @@
 """The Ray executor: the jobs of a run spread over the GPUs (or CPU slots) of a Ray cluster.
 
-One Ray actor per GPU holds a LocalExecutor for that GPU, so on every node evaluation still happens
-in an isolated worker process (solution code never runs inside the Ray worker), and the worker's
-builds, imports and CUDA context are reused from one job to the next. Jobs travel as JSON-ready
-payloads that carry the solution's sources, so nothing has to be copied to the nodes beyond an
-installed kernelarena; safetensors inputs travel through Ray's object store.
+One Ray actor per GPU (``ray_actor.EvaluationHost``) holds a LocalExecutor for that GPU, so on
+every node evaluation still happens in an isolated judge process (solution code never runs inside
+the Ray worker), and the judge's imports, CUDA context and sandboxes are reused from one job to the
+next; each actor builds the run's compiled solutions ahead in a build pool of its own, which the
+driver fills at the start of the run. Jobs travel as JSON-ready payloads that carry the solution's
+sources, so nothing has to be copied to the nodes beyond an installed kernelarena; safetensors
+inputs travel through Ray's object store. Where actors go is ``ray_placement``'s.
 
-The driver keeps one job in flight per actor and calls ``on_result`` the moment a job comes back, so
-traces are appended to the dataset as they arrive. An actor that dies (its process killed, its node
-lost) costs only its job in flight: the job goes back to the front of the queue for another actor,
-at most ``max_retries`` times, then it is reported as a RUNTIME_ERROR trace; a replacement actor is
-started wherever the cluster has room. A solution that crashes its evaluation worker is not a lost
-actor: the LocalExecutor inside turns that into a trace, as it does on one machine. Every job is
-reported exactly once.
+The driver keeps one job in flight per actor, each actor on one solution as long as it has jobs
+(``jobs.take_job``: a new solution costs an actor's judge a sandbox), and calls ``on_result``
+the moment a job comes back, so traces are appended to the dataset as they arrive. An actor that
+dies (its process killed, its node lost) costs only its job in flight: the job goes back to the
+front of the queue for another actor, at most ``max_retries`` times, then it is reported as a
+RUNTIME_ERROR trace; a replacement actor is started wherever the cluster has room. A solution that
+crashes its evaluation worker is not a lost actor: the LocalExecutor inside turns that into a
+trace, as it does on one machine. Every job is reported exactly once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
-import shutil
-import socket
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
-from kernelarena.data import (
-    Definition,
-    Environment,
-    SafetensorsInput,
-    Solution,
-    Status,
-    Trace,
-    Workload,
+from kernelarena.data import Environment, Status
+from kernelarena.evaluate.jobs import Job, JobResult, Timeouts, take_job
+from kernelarena.evaluate.ray_actor import EvaluationHost, import_ray
+from kernelarena.evaluate.ray_placement import (
+    Actor,
+    ActorFleet,
+    actor_demand,
+    actor_options,
+    actors_that_fit,
+    label_note,
 )
-from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
-from kernelarena.evaluate.leftovers import mark_owner
-from kernelarena.evaluate.local import LocalExecutor
-from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.ray_wire import ShippedBlobs, build_requests, merged_summaries
 
-RAY_MISSING = (
-    "the Ray executor needs Ray, an optional dependency of kernelarena: "
-    "pip install 'kernelarena[ray]' (on the driver and on every node of the cluster)"
-)
 # Seconds a job may stay in flight beyond its build, run and worker-restart limits before the
 # driver stops trusting the actor; a backstop for a node that hangs without Ray noticing.
 _IN_FLIGHT_MARGIN_S = 120.0
-
-
-def import_ray() -> Any:
-    """Ray, imported on first use so kernelarena works without it."""
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError(RAY_MISSING) from error
-    return ray
-
-
-class EvaluationHost:
-    """The body of one Ray actor: a LocalExecutor with one worker on the device Ray assigned.
-
-    Ray narrows CUDA_VISIBLE_DEVICES to the GPU it gave this actor, so that GPU is ``cuda:0`` here
-    and in the worker process, which inherits the variable.
-    """
-
-    def __init__(
-        self, device_kind: str, timeouts: dict[str, float], measure_ceilings: bool
-    ) -> None:
-        ray = import_ray()
-        self.device = "cuda:0" if device_kind == "cuda" else "cpu"
-        self.executor = LocalExecutor(
-            [self.device], Timeouts(**timeouts), measure_ceilings=measure_ceilings
-        )
-        gpu_ids = [str(i) for i in ray.get_gpu_ids()]
-        host = socket.gethostname()
-        self.place = {
-            "host": host,
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "device": f"{host}:cuda:{','.join(gpu_ids)}" if gpu_ids else f"{host}:cpu",
-        }
-        self.blob_dir: Path | None = None  # made when a job first brings safetensors files
-
-    def start(self) -> dict[str, Any]:
-        """Start the evaluation worker; return its environment, its start-up phases and where this
-        actor runs. The environment goes into failure traces: the start-up record stays apart."""
-        (environment,) = self.executor.start()
-        startup = environment.pop("startup", {})
-        return {"environment": environment, "startup": startup, **self.place}
-
-    def evaluate(
-        self, job_id: int, payload: dict[str, Any], blobs: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Evaluate one job in the worker; ``blobs`` maps a safetensors path to an object ref."""
-        if blobs:
-            payload = dict(payload, blob_root=str(self._materialize(payload["blob_root"], blobs)))
-        job = job_from_payload(job_id, payload)
-        results: list[JobResult] = []
-        self.executor.run([job], lambda _job, result: results.append(result))
-        (result,) = results
-        trace = result.trace.to_json_dict() if result.trace is not None else None
-        return {"trace": trace, "skipped": result.skipped}
-
-    def shutdown(self) -> None:
-        self.executor.close()
-        if self.blob_dir is not None:
-            shutil.rmtree(self.blob_dir, ignore_errors=True)
-
-    def _materialize(self, origin: str | None, blobs: dict[str, Any]) -> Path:
-        """Write shipped safetensors files under a folder named after the dataset they came from."""
-        ray = import_ray()
-        if self.blob_dir is None:
-            self.blob_dir = Path(tempfile.mkdtemp(prefix="kernelarena-blobs-"))
-            mark_owner(self.blob_dir)
-        root = self.blob_dir / hashlib.sha256(str(origin).encode()).hexdigest()[:16]
-        for relative, ref in blobs.items():
-            target = root / relative
-            if not target.is_file():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                partial = target.with_name(target.name + ".partial")
-                partial.write_bytes(ray.get(ref))
-                os.replace(partial, target)
-        return root
-
-
-def job_from_payload(job_id: int, payload: Mapping[str, Any]) -> Job:
-    """The inverse of ``Job.payload``."""
-    return Job(
-        job_id,
-        Definition.model_validate(payload["definition"]),
-        Solution.model_validate(payload["solution"]),
-        Workload.model_validate(payload["workload"]),
-        Options(**payload["options"]),
-        Path(payload["blob_root"]) if payload.get("blob_root") else None,
-    )
-
-
-@dataclass
-class _Actor:
-    """The driver's view of one actor."""
-
-    handle: Any
-    started: float
-    ready_ref: Any = None
-    environment: dict[str, Any] = field(default_factory=dict)
-    node_id: str = ""
-    device: str = ""
-    job: Job | None = None
-    result_ref: Any = None
-    deadline: float = 0.0
 
 
 class RayExecutor:
@@ -220,11 +110,10 @@ class RayExecutor:
         self._remote_class: Any = None
         self._owns_connection = False
         self._device_kind = ""
-        self._actors: list[_Actor] = []
-        self._environments: list[dict[str, Any]] = []
-        self._blob_refs: dict[tuple[str, str], Any] = {}
-        self._start_failures = 0
-        self._last_start_error = ""
+        self._fleet: ActorFleet | None = None  # made by ``start``
+        self._blobs: ShippedBlobs | None = None  # made when connected
+        self._builds: list[dict[str, Any]] = []  # the run's, for each actor's pool (``prebuild``)
+        self.build_summary: dict[str, Any] = {}  # the actors' pools after the last run
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -239,52 +128,36 @@ class RayExecutor:
         The list is the executor's own: actors that become ready later (a node that joined, an
         actor replaced) add theirs to it during ``run``.
         """
-        if self._actors:
-            return self._environments
+        if self._fleet is not None:
+            return self._fleet.environments
         self._connect()
+        demand = self._demand()
+        self._fleet = ActorFleet(
+            self._ray,
+            self._launch,
+            demand,
+            self.label_selector,
+            self.timeouts.startup_s,
+            on_ready=self._prebuild,  # an actor that joins a run under way gets its builds
+        )
         count = self.workers or actors_that_fit(
-            self._live_nodes(), self._demand(), self.label_selector
+            self._fleet.live_nodes(), demand, self.label_selector
         )
         if count == 0:
             raise RuntimeError(
                 f"no node of the Ray cluster can host an evaluation actor asking for "
-                f"{self._demand()}{self._label_note()}; the cluster has "
+                f"{demand}{label_note(self.label_selector)}; the cluster has "
                 f"{self._ray.cluster_resources()}. Pass workers=N to wait for nodes to join."
             )
-        self._actors = [self._launch() for _ in range(count)]
-        first_ready: float | None = None
-        while True:
-            starting = [a for a in self._actors if a.ready_ref is not None]
-            if not starting:
-                break
-            now = time.monotonic()
-            if first_ready is None and self._starved(now):
-                self._raise_starved()
-            if first_ready is not None and now - first_ready > self.join_grace_s:
-                break
-            done, _ = self._ray.wait([a.ready_ref for a in starting], num_returns=1, timeout=1.0)
-            for actor in starting:
-                if actor.ready_ref in done:
-                    self._settle_start(actor)
-            if first_ready is None and any(a.ready_ref is None for a in self._actors):
-                first_ready = time.monotonic()
-        return self._environments
+        return self._fleet.start(count, self.join_grace_s)
 
     def close(self) -> None:
         if self._ray is None:
             return
-        idle = [a for a in self._actors if a.job is None and a.ready_ref is None]
-        stops = [a.handle.shutdown.remote() for a in idle]
-        if stops:
-            # Let idle actors stop their workers cleanly; busy or starting ones are killed outright.
-            self._ray.wait(stops, num_returns=len(stops), timeout=30)
-        for actor in self._actors:
-            self._kill(actor)
-        self._actors = []
-        self._blob_refs = {}
-        self._environments = []  # a new list: a summary that holds the old one keeps it
-        self._start_failures = 0
-        self._last_start_error = ""
+        if self._fleet is not None:
+            self._fleet.stop()
+        self._fleet = None  # a summary that holds the last environments keeps them
+        self._blobs = None
         if self._owns_connection:
             self._ray.shutdown()
             self._owns_connection = False
@@ -303,40 +176,93 @@ class RayExecutor:
         self.start()
         queue: deque[Job] = deque(jobs)
         losses: dict[int, list[str]] = {}
-        while queue or any(a.job is not None for a in self._actors):
-            for actor in self._actors:
-                if queue and actor.job is None and actor.ready_ref is None:
-                    self._submit(actor, queue.popleft())
-            busy = [a for a in self._actors if a.job is not None]
-            starting = [a for a in self._actors if a.ready_ref is not None]
-            if queue and not busy and self._starved(time.monotonic()):
-                self._raise_starved()
-            refs = [a.result_ref for a in busy] + [a.ready_ref for a in starting]
-            done, _ = self._ray.wait(refs, num_returns=1, timeout=1.0)
-            if done:
-                # Take everything that finished meanwhile, not only the first.
-                done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
-            finished = set(done)
-            for actor in starting:
-                if actor.ready_ref in finished:
-                    self._settle_start(actor)
-            for actor in busy:
-                if actor.result_ref in finished:
-                    self._settle_job(actor, queue, losses, on_result)
-                elif time.monotonic() > actor.deadline:
-                    job = actor.job
-                    assert job is not None
-                    note = f"no answer from {actor.device} within {self._job_limit():g} s"
-                    self._lose(actor, job, note, queue, losses, on_result)
+        fleet = self._fleet
+        assert fleet is not None
+        self._builds = build_requests(jobs)
+        for actor in fleet.actors:
+            if actor.ready_ref is None:
+                self._prebuild(actor)
+        try:
+            while queue or any(a.job is not None for a in fleet.actors):
+                self._hand_out(queue)
+                self._wait_and_settle(queue, losses, on_result)
+        finally:
+            self._builds = []
+        self.build_summary = self._pools_summary()
 
-    def _submit(self, actor: _Actor, job: Job) -> None:
+    def _pools_summary(self) -> dict[str, Any]:
+        """The ready actors' pools as one (``ray_wire.merged_summaries``); an actor that does
+        not answer within seconds is left out."""
+        assert self._fleet is not None
+        asked = [a.handle.build_summary.remote() for a in self._fleet.actors if a.ready_ref is None]
+        done, _ = self._ray.wait(asked, num_returns=len(asked), timeout=10) if asked else ([], [])
+        found = []
+        for ref in done:
+            with contextlib.suppress(self._ray.exceptions.RayError):
+                found.append(self._ray.get(ref))
+        return merged_summaries(found)
+
+    def _hand_out(self, queue: deque[Job]) -> None:
+        assert self._fleet is not None
+        actors = self._fleet.actors
+        for actor in actors:
+            if queue and actor.job is None and actor.ready_ref is None:
+                others = {a.solution for a in actors if a is not actor and a.job is not None}
+                job = take_job(queue, actor.solution, {o for o in others if o}, lambda _: True)
+                if job is not None:
+                    self._submit(actor, job)
+        busy = any(a.job is not None for a in actors)
+        if queue and not busy and self._fleet.starved(time.monotonic()):
+            self._fleet.raise_starved()
+
+    def _wait_and_settle(
+        self,
+        queue: deque[Job],
+        losses: dict[int, list[str]],
+        on_result: Callable[[Job, JobResult], None],
+    ) -> None:
+        fleet = self._fleet
+        assert fleet is not None
+        busy = [a for a in fleet.actors if a.job is not None]
+        starting = [a for a in fleet.actors if a.ready_ref is not None]
+        refs = [a.result_ref for a in busy] + [a.ready_ref for a in starting]
+        done, _ = self._ray.wait(refs, num_returns=1, timeout=1.0)
+        if done:
+            # Take everything that finished meanwhile, not only the first.
+            done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
+        finished = set(done)
+        for actor in starting:
+            if actor.ready_ref in finished:
+                fleet.settle_start(actor)
+        for actor in busy:
+            if actor.result_ref in finished:
+                self._settle_job(actor, queue, losses, on_result)
+            elif time.monotonic() > actor.deadline:
+                job = actor.job
+                assert job is not None
+                note = f"no answer from {actor.device} within {self._job_limit():g} s"
+                self._lose(actor, job, note, queue, losses, on_result)
+
+    def _submit(self, actor: Actor, job: Job) -> None:
         actor.job = job
+        actor.solution = job.solution.name
         actor.deadline = time.monotonic() + self._job_limit()
-        actor.result_ref = actor.handle.evaluate.remote(job.id, job.payload(), self._blobs_for(job))
+        actor.result_ref = actor.handle.evaluate.remote(job.id, job.payload(), self._shipped(job))
+
+    def _shipped(self, job: Job) -> dict[str, Any]:
+        if self._blobs is None:
+            self._blobs = ShippedBlobs(self._ray)
+        return self._blobs.for_job(job)
+
+    def _prebuild(self, actor: Actor) -> None:
+        """The run's builds into the actor's pool, ahead of its jobs (Ray runs an actor's calls
+        in order, so they are queued before its first job is evaluated)."""
+        if self._builds:
+            actor.handle.prebuild.remote(self._builds)
 
     def _settle_job(
         self,
-        actor: _Actor,
+        actor: Actor,
         queue: deque[Job],
         losses: dict[int, list[str]],
         on_result: Callable[[Job, JobResult], None],
@@ -353,12 +279,11 @@ class RayExecutor:
             self._lose(actor, job, _first_line(error), queue, losses, on_result)
             return
         actor.job = None
-        trace = Trace.model_validate(outcome["trace"]) if outcome["trace"] else None
-        on_result(job, JobResult(trace=trace, skipped=outcome["skipped"], device=actor.device))
+        on_result(job, JobResult.from_payload(outcome, actor.device))
 
     def _lose(
         self,
-        actor: _Actor,
+        actor: Actor,
         job: Job,
         reason: str,
         queue: deque[Job],
@@ -366,9 +291,10 @@ class RayExecutor:
         on_result: Callable[[Job, JobResult], None],
     ) -> None:
         """The actor running ``job`` is gone: replace it; retry the job or, past the limit, fail it."""
+        assert self._fleet is not None
         environment = actor.environment
-        self._retire(actor)
-        self._retire_dead_node_peers(actor.node_id)
+        self._fleet.retire(actor)
+        self._fleet.retire_dead_node_peers(actor.node_id)
         losses.setdefault(job.id, []).append(f"{actor.device}: {reason}")
         if len(losses[job.id]) <= self.max_retries:
             queue.appendleft(job)
@@ -393,160 +319,34 @@ class RayExecutor:
             self._owns_connection = True
         self._ray = ray
         if self.device == "auto":
-            has_gpu = any(n.get("Resources", {}).get("GPU", 0) > 0 for n in self._live_nodes())
+            live = [n for n in ray.nodes() if n.get("Alive")]
+            has_gpu = any(n.get("Resources", {}).get("GPU", 0) > 0 for n in live)
             self._device_kind = "cuda" if has_gpu else "cpu"
         else:
             self._device_kind = self.device
 
     def _demand(self) -> dict[str, float]:
         """What one actor asks of a node, in the names of ``ray.nodes()``."""
-        demand = {"CPU": self.num_cpus, **self.resources}
-        if self._device_kind == "cuda":
-            demand["GPU"] = 1.0
-        if self.accelerator_type:
-            demand[f"accelerator_type:{self.accelerator_type}"] = 0.001  # what Ray itself asks
-        return {name: amount for name, amount in demand.items() if amount > 0}
+        return actor_demand(self._device_kind, self.num_cpus, self.resources, self.accelerator_type)
 
-    def _live_nodes(self) -> list[dict[str, Any]]:
-        return [n for n in self._ray.nodes() if n.get("Alive")]
-
-    def _launch(self) -> _Actor:
-        options: dict[str, Any] = {
-            "num_cpus": self.num_cpus,
-            "num_gpus": 1 if self._device_kind == "cuda" else 0,
-            # The driver retries jobs itself, on any actor; Ray restarting an actor in place would
-            # hide the loss and run the job twice.
-            "max_restarts": 0,
-            "max_task_retries": 0,
-        }
-        if self.resources:
-            options["resources"] = self.resources
-        if self.accelerator_type:
-            options["accelerator_type"] = self.accelerator_type
-        if self.label_selector:
-            options["label_selector"] = self.label_selector
+    def _launch(self) -> Any:
+        """A new actor's handle (``ray_actor.EvaluationHost``)."""
+        options = actor_options(
+            self._device_kind,
+            self.num_cpus,
+            self.resources,
+            self.accelerator_type,
+            self.label_selector,
+        )
         if self._remote_class is None:
             self._remote_class = self._ray.remote(EvaluationHost)
-        handle = self._remote_class.options(**options).remote(
-            self._device_kind, asdict(self.timeouts), self.measure_ceilings
+        return self._remote_class.options(**options).remote(
+            self._device_kind, asdict(self.timeouts), self.measure_ceilings, self._demand()
         )
-        return _Actor(handle=handle, started=time.monotonic(), ready_ref=handle.start.remote())
-
-    def _settle_start(self, actor: _Actor) -> None:
-        ray = self._ray
-        try:
-            ready = ray.get(actor.ready_ref)
-        except ray.exceptions.RayError as error:
-            self._start_failures += 1
-            self._last_start_error = str(error)
-            if self._start_failures > max(3, 2 * len(self._actors)):
-                raise RuntimeError(
-                    f"Ray evaluation actors keep failing to start; the last error:\n{error}"
-                ) from None
-            self._retire(actor)
-            return
-        actor.ready_ref = None
-        actor.environment = ready["environment"]
-        actor.node_id = ready["node_id"]
-        actor.device = ready["device"]
-        self._environments.append(
-            dict(
-                actor.environment,
-                device=actor.device,
-                host=ready["host"],
-                startup=ready.get("startup", {}),
-            )
-        )
-
-    def _retire(self, actor: _Actor) -> None:
-        """Kill an actor and start a replacement in its place (Ray puts it wherever there is room)."""
-        self._kill(actor)
-        self._actors[self._actors.index(actor)] = self._launch()
-
-    def _retire_dead_node_peers(self, node_id: str) -> None:
-        """When a node is gone, replace its idle actors too, before they are handed a job."""
-        if not node_id or any(n.get("NodeID") == node_id for n in self._live_nodes()):
-            return
-        for actor in list(self._actors):
-            if actor.node_id == node_id and actor.job is None and actor.ready_ref is None:
-                self._retire(actor)
-
-    def _kill(self, actor: _Actor) -> None:
-        # Fails when the actor is already dead or its node gone: nothing is left to kill then.
-        with contextlib.suppress(Exception):
-            self._ray.kill(actor.handle, no_restart=True)
-
-    def _starved(self, now: float) -> bool:
-        """True when no actor is ready and the oldest starting one has waited past the limit."""
-        if any(a.ready_ref is None for a in self._actors):
-            return False
-        oldest = min((a.started for a in self._actors), default=now)
-        return now - oldest > self.timeouts.startup_s
-
-    def _raise_starved(self) -> None:
-        last = (
-            f"; the last start failure:\n{self._last_start_error}" if self._last_start_error else ""
-        )
-        raise RuntimeError(
-            f"no Ray evaluation actor became ready in {self.timeouts.startup_s:g} s; each asks for "
-            f"{self._demand()}{self._label_note()}, the cluster has "
-            f"{self._ray.cluster_resources()}{last}"
-        )
-
-    def _label_note(self) -> str:
-        return f" on nodes labelled {self.label_selector}" if self.label_selector else ""
 
     def _job_limit(self) -> float:
         t = self.timeouts
         return t.build_s + t.run_s + t.startup_s + _IN_FLIGHT_MARGIN_S
-
-    def _blobs_for(self, job: Job) -> dict[str, Any]:
-        """Object refs of the job's safetensors files, each put in the object store once."""
-        if job.blob_root is None:
-            return {}
-        blobs: dict[str, Any] = {}
-        for given in job.workload.inputs.values():
-            if not isinstance(given, SafetensorsInput):
-                continue
-            key = (str(job.blob_root), given.path)
-            if key not in self._blob_refs:
-                source = job.blob_root / given.path
-                if not source.is_file():
-                    continue  # the worker reports the missing file in the job's trace
-                self._blob_refs[key] = self._ray.put(source.read_bytes())
-            blobs[given.path] = self._blob_refs[key]
-        return blobs
-
-
-def actors_that_fit(
-    nodes: Sequence[Mapping[str, Any]],
-    demand: Mapping[str, float],
-    label_selector: Mapping[str, str],
-) -> int:
-    """How many actors asking ``demand`` the live ``nodes`` (as ``ray.nodes()`` lists them) hold."""
-    total = 0
-    for node in nodes:
-        labels = node.get("Labels") or {}
-        if not node.get("Alive") or not all(
-            _label_matches(labels.get(key), wanted) for key, wanted in label_selector.items()
-        ):
-            continue
-        have = node.get("Resources") or {}
-        total += min(
-            (int(have.get(name, 0.0) // amount) for name, amount in demand.items()), default=1
-        )
-    return total
-
-
-def _label_matches(value: str | None, selector: str) -> bool:
-    """Ray's label selector syntax: ``v``, ``!v``, ``in(a,b)``, ``!in(a,b)``."""
-    negate = selector.startswith("!")
-    body = selector[1:] if negate else selector
-    if body.startswith("in(") and body.endswith(")"):
-        allowed = {part.strip() for part in body[3:-1].split(",")}
-    else:
-        allowed = {body}
-    return (value in allowed) != negate
 
 
 def _times(count: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
+from kernelarena.evaluate.job_stages import StageTotals
 from kernelarena.evaluate.jobs import Job, JobResult
 from kernelarena.evaluate.options import Options
 from kernelarena.runtime.names import UnknownNames, definitions_named
@@ -50,6 +52,8 @@ class RunSummary:
     resumed: int = 0
     environments: list[dict[str, Any]] = field(default_factory=list)
     builds: dict[str, Any] = field(default_factory=dict)  # the build pool's (``BuildPool.summary``)
+    # Where the jobs' time went, by device (``job_stages.StageTotals.as_json``).
+    stages: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[Trace]:
@@ -280,7 +284,10 @@ def run_jobs(
                 on_progress(job, None)
         jobs = [j for j in jobs if j.key not in done]
 
+    totals = StageTotals()
+
     def record(job: Job, result: JobResult) -> None:
+        began = time.perf_counter()
         if result.trace is not None:
             if output is not None:
                 # Index the definition so the trace lands in traces/<op_type>/ of the output folder,
@@ -290,11 +297,21 @@ def run_jobs(
             summary.traces.append(result.trace)
         elif result.skipped is not None:
             summary.skipped.append((job, result.skipped))
+        written = time.perf_counter()
         if on_progress is not None:
             on_progress(job, result)
+        if result.stages:
+            parent = {
+                "parent:trace_write": written - began,
+                "parent:progress": time.perf_counter() - written,
+            }
+            totals.add(result.device, {**result.stages, **parent})
 
-    executor.run(jobs, record)
-    summary.builds = dict(getattr(executor, "build_summary", None) or {})
+    try:
+        executor.run(jobs, record)
+    finally:
+        summary.builds = dict(getattr(executor, "build_summary", None) or {})
+        summary.stages = totals.as_json()
     return summary
 
 

@@ -39,6 +39,7 @@ from kernelarena.evaluate.judge_clock import (
 from kernelarena.evaluate.pass_check import after_pass, before_pass, check_reply
 from kernelarena.evaluate.sandboxes import with_sandbox_paused
 from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet, in_place
+from kernelarena.evaluate.stage_clock import phase, staged
 from kernelarena.evaluate.timing import Timing, time_events_or_clock
 from kernelarena.evaluate.verdicts import (
     CheckFailed,
@@ -64,6 +65,7 @@ GRAPH_SAMPLED_SETS = 2
 WATCHED_SETS = 2
 
 
+@phase("timing", then="finish")
 def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, str]:
     job = sets.job
     on_gpu = sets.device.type == "cuda"
@@ -136,6 +138,7 @@ def _costs(job: Job) -> tuple[float | None, float | None]:
     )
 
 
+@staged("timing_checks")
 def inputs_kept(sets: SetMaker, timed: list[SharedSet]) -> None:
     """The inputs no output aliases must hold what the judge drew after all the timed calls, the
     sandbox's and the judge's clocks' (a solution that rewrites its inputs once it has computed,
@@ -153,6 +156,7 @@ def inputs_kept(sets: SetMaker, timed: list[SharedSet]) -> None:
             )
 
 
+@staged("timing_checks")
 def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
     """Refill the sampled sets' inputs in place (as ``_verify_pass`` says), call each set once,
     then check: every poisoned output complete the moment the calls returned, the sampled sets
@@ -165,6 +169,7 @@ def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
     _verify_pass(sets, timed, request, compare=True, graph=False, partial_only=True)
 
 
+@staged("timing_checks")
 def verify_graph(sets: SetMaker, timed: list[SharedSet]) -> None:
     """The graph the reported time was measured on must do the work: the same refills, one
     replay of that graph, the device synchronized, then the same checks. A solution that does
@@ -302,6 +307,7 @@ def evaluator_performance(
     )
 
 
+@staged("reference_timing")
 def time_reference(sets: SetMaker, graph: bool, count: int) -> Timing:
     """The reference, timed in the judge the way its solution was (graph over ``count`` rotated
     sets, or events)."""

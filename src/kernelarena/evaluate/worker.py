@@ -58,12 +58,12 @@ def _start_judge(
 ) -> tuple[Evaluator, dict[str, Any], dict[str, float]]:
     """Confine this process, start the first sandbox, import torch, make the device's context and
     measure its ceilings: the evaluator, the environment traces record, and each phase's seconds."""
+    from kernelarena.evaluate.clocked_sandboxes import ClockedSandboxes
     from kernelarena.evaluate.confine import guard_judge
-    from kernelarena.evaluate.sandboxes import Sandboxes
 
     guard_judge()
     # The first sandbox starts now, beside this process's own start-up.
-    sandboxes = Sandboxes(device_name, Path(log_path).parent, _sandbox_writable())
+    sandboxes = ClockedSandboxes(device_name, Path(log_path).parent, _sandbox_writable())
     if not device_name.startswith("cuda"):
         # The Triton interpreter must be chosen before any kernel module is imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -114,10 +114,13 @@ def _serve_profiled(conn: Connection, evaluator: Evaluator, log_path: str, folde
 
 
 def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
-    """Answers jobs until the parent says stop or goes away."""
-    from kernelarena.data import Definition, Solution, Workload
-    from kernelarena.evaluate.options import Options
+    """Answers jobs until the parent says stop or goes away. Each result carries where the job's
+    time went (``stage_clock``), with ``idle``, the wait for the job since the last reply (the
+    executor's latency, or builds not done), and ``sent_at``, the ``time.monotonic`` of the reply,
+    a clock every process of the host shares."""
+    from kernelarena.evaluate.stage_clock import JOB_STAGES
 
+    idle_since = time.monotonic()
     while True:
         try:
             message = conn.recv()
@@ -125,36 +128,53 @@ def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
             return
         if message[0] == "stop":
             return
+        idle = time.monotonic() - idle_since
+        JOB_STAGES.begin("decode")
         _, job_id, job = message
-        start = _log_size(log_path)
-        try:
-            outcome = evaluator.evaluate(
-                Definition.model_validate(job["definition"]),
-                Solution.model_validate(job["solution"]),
-                Workload.model_validate(job["workload"]),
-                Options(**job["options"]),
-                Path(job["blob_root"]) if job.get("blob_root") else None,
-                notify=_notifier(conn, job_id),
-            )
-        except Exception:  # a fault of kernelarena itself: report it, keep serving
-            conn.send(
-                ("result", job_id, {"internal_error": traceback.format_exc(), "fatal": False})
-            )
-            continue
-        printed = _read_from(log_path, start)
-        result: dict[str, Any] = {"skipped": outcome.skipped, "fatal": outcome.fatal, "trace": None}
-        if outcome.trace is not None:
-            trace = outcome.trace
-            if printed.strip() and trace.evaluation is not None:
-                trace.evaluation.log = (trace.evaluation.log + "\n--- output ---\n" + printed)[
-                    -8000:
-                ]
-            result["trace"] = trace.to_json_dict()
+        result = _evaluate(conn, evaluator, log_path, job_id, job)
+        result["stages"] = dict(JOB_STAGES.take(), idle=round(idle, 6))
+        result["sent_at"] = time.monotonic()
         conn.send(("result", job_id, result))
-        if outcome.fatal:
+        idle_since = time.monotonic()
+        if result["fatal"]:
             evaluator.close()
             sys.stdout.flush()
             os._exit(3)
+
+
+def _evaluate(
+    conn: Connection, evaluator: Any, log_path: str, job_id: int, job: dict[str, Any]
+) -> dict[str, Any]:
+    """One job's result for the executor: its trace as JSON, or the fault of kernelarena's own."""
+    from kernelarena.data import Definition, Solution, Workload
+    from kernelarena.evaluate.options import Options
+    from kernelarena.evaluate.stage_clock import JOB_STAGES
+
+    start = _log_size(log_path)
+    try:
+        models = (
+            Definition.model_validate(job["definition"]),
+            Solution.model_validate(job["solution"]),
+            Workload.model_validate(job["workload"]),
+        )
+        JOB_STAGES.switch("sandbox_start")
+        outcome = evaluator.evaluate(
+            *models,
+            Options(**job["options"]),
+            Path(job["blob_root"]) if job.get("blob_root") else None,
+            notify=_notifier(conn, job_id),
+        )
+    except Exception:  # a fault of kernelarena itself: report it, keep serving
+        return {"internal_error": traceback.format_exc(), "fatal": False}
+    JOB_STAGES.switch("reply")
+    printed = _read_from(log_path, start)
+    result: dict[str, Any] = {"skipped": outcome.skipped, "fatal": outcome.fatal, "trace": None}
+    if outcome.trace is not None:
+        trace = outcome.trace
+        if printed.strip() and trace.evaluation is not None:
+            trace.evaluation.log = (trace.evaluation.log + "\n--- output ---\n" + printed)[-8000:]
+        result["trace"] = trace.to_json_dict()
+    return result
 
 
 def make_cuda_context(device_name: str) -> None:
@@ -202,7 +222,11 @@ def describe_startup(startup: dict[str, Any]) -> str:
 
 
 def _notifier(conn: Connection, job_id: int) -> Callable[[str], None]:
+    from kernelarena.evaluate.stage_clock import JOB_STAGES
+
     def notify(stage: str) -> None:
+        if stage == "running":  # built: the checks begin
+            JOB_STAGES.switch("checks")
         conn.send(("stage", job_id, stage))
 
     return notify

@@ -1,0 +1,91 @@
+"""Where a job's time goes: the judge's stage clock, the run's totals, and a real run's stages."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from kernelarena.evaluate.job_stages import NEW_SANDBOX, StageTotals, phase_means, stage_table
+from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.local import LocalExecutor
+from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.runner import plan, run_jobs
+from kernelarena.evaluate.stage_clock import StageClock
+from tests.evaluate.bad_solutions import trace_set
+
+
+def test_nested_stages_are_taken_out_of_their_phase_and_everything_adds_up() -> None:
+    clock = StageClock()
+    began = time.perf_counter()
+    clock.begin("checks")
+    time.sleep(0.01)
+    with clock.stage("sandbox:eager"):
+        time.sleep(0.02)
+        with clock.stage("sandbox:eager"):  # inside itself: the same stage
+            time.sleep(0.01)
+    clock.switch("timing")
+    with clock.stage("judge_clocks"), clock.stage("sandbox:eager"):
+        time.sleep(0.01)
+    seconds = clock.take()
+    wall = time.perf_counter() - began
+
+    assert set(seconds) == {
+        "checks",
+        "checks/sandbox:eager",
+        "timing",
+        "timing/judge_clocks",
+        "timing/judge_clocks/sandbox:eager",
+    }
+    assert seconds["checks"] == pytest.approx(0.01, abs=0.008)
+    assert seconds["checks/sandbox:eager"] == pytest.approx(0.03, abs=0.008)
+    assert seconds["timing/judge_clocks/sandbox:eager"] == pytest.approx(0.01, abs=0.008)
+    assert sum(seconds.values()) == pytest.approx(wall, abs=0.002)
+
+
+def test_the_clock_is_off_outside_a_job() -> None:
+    clock = StageClock()
+    clock.switch("checks")
+    with clock.stage("sandbox:eager"):
+        pass
+    assert clock.take() == {}
+    clock.begin("decode")
+    assert set(clock.take()) == {"decode"}
+    assert clock.take() == {}  # taken: off until the next job
+
+
+def test_totals_by_device_phases_and_new_sandboxes() -> None:
+    totals = StageTotals()
+    totals.add("cuda:0", {"checks": 0.1, "checks/sandbox:eager": 0.1, "idle": 0.01})
+    totals.add("cuda:0", {"checks": 0.3, NEW_SANDBOX: 2.0, "parent:delivery": 0.001})
+    totals.add("cuda:1", {})  # a job no judge evaluated
+    found = totals.as_json()
+
+    assert list(found) == ["cuda:0"]
+    entry = found["cuda:0"]
+    assert entry["jobs"] == 2
+    assert entry["jobs_in"][NEW_SANDBOX] == 1
+    means = phase_means(entry)
+    assert means["checks"] == pytest.approx(0.25)
+    assert means["sandbox_start"] == pytest.approx(1.0)
+    assert means["judge"] == pytest.approx(1.25)  # neither idle nor the parent's share
+    table = "\n".join(stage_table(found))
+    assert "sandboxes" in table and "1250.0" in table
+
+
+def test_every_job_of_a_run_reports_its_stages() -> None:
+    made = trace_set({}, sizes=(100, 200))
+    jobs = plan(made, options=Options(trials=1, budget_ms=5, max_iterations=5, min_iterations=2))
+    seen: list[dict[str, Any]] = []
+    with LocalExecutor(["cpu"], Timeouts(run_s=120), measure_ceilings=False) as executor:
+        summary = run_jobs(jobs, executor, None, on_progress=lambda j, r: seen.append(r.stages))
+
+    assert len(seen) == len(jobs)
+    for stages in seen:
+        assert {"decode", "checks", "timing", "reply", "idle", "parent:delivery"} <= set(stages)
+        assert all(value >= 0 for value in stages.values())
+    entry = summary.stages["cpu"]
+    assert entry["jobs"] == len(jobs)
+    assert entry["jobs_in"][NEW_SANDBOX] == 1  # one solution, one sandbox
+    assert entry["jobs_in"]["parent:trace_write"] == len(jobs)
