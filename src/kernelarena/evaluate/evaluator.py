@@ -34,6 +34,8 @@ from kernelarena.data import (
 from kernelarena.evaluate.arena import Arena
 from kernelarena.evaluate.crosscheck import TimingRejected
 from kernelarena.evaluate.options import Options, make_trace
+from kernelarena.evaluate.reference_sandbox import References
+from kernelarena.evaluate.references import Reference, ReferenceFailed
 from kernelarena.evaluate.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet
 from kernelarena.evaluate.solution_caches import namespace_of
@@ -44,7 +46,6 @@ from kernelarena.runtime.inputs import (
     STANDARD,
     Distribution,
     InputsError,
-    load_reference,
     seed_for,
 )
 
@@ -99,7 +100,7 @@ class Evaluator:
         self.environment = Environment.model_validate(environment)
         self.sandboxes = sandboxes
         self.arena = Arena(device)
-        self._references: dict[str, dict[str, Any]] = {}
+        self.references = References(device, sandboxes)
         self.reference_timings: dict[tuple[str, str, bool], Any] = {}
         self._warm_up: JudgeWarmUp | None = None
         self._capture_failed = False  # in the job just evaluated (``SetMaker.capture_failed``)
@@ -118,6 +119,7 @@ class Evaluator:
 
     def close(self) -> None:
         self._settle()  # its CUDA work must not meet the teardown
+        self.references.close()
         self.sandboxes.close()
         self.arena.close()
 
@@ -222,11 +224,15 @@ class Evaluator:
             arch = build.get("metadata", {}).get("arch", "the GPU")
             return Outcome(skipped=f"compiled for {arch}; not run: no GPU here")
         notify("running")
+        try:
+            reference = self._reference(definition, options)
+        except ReferenceFailed as failed:  # the dataset's fault: nothing to judge
+            return Outcome(skipped=str(failed))
         job = Job(
             definition,
             workload,
             definition.resolve_axes(workload.axes),
-            self._reference(definition),
+            reference,
             options,
             blob_root,
             bool(build.get("dps")),
@@ -251,6 +257,8 @@ class Evaluator:
                     definition, solution, workload, Status.PASSED, log, correctness, performance
                 )
             )
+        except ReferenceFailed as failed:
+            return Outcome(skipped=str(failed))
         except InputsError as error:  # the definition's, not the solution's: nothing to judge
             return Outcome(skipped=f"inputs cannot be generated: {error}")
         except SolutionFailed as failure:
@@ -298,11 +306,8 @@ class Evaluator:
             )
         return sandbox.builds[key]
 
-    def _reference(self, definition: Definition) -> dict[str, Any]:
-        key = definition.content_hash()
-        if key not in self._references:
-            self._references[key] = load_reference(definition)
-        return self._references[key]
+    def _reference(self, definition: Definition, options: Options) -> Reference:
+        return self.references.get(definition, options.reference_timeout_s)
 
     # -- check ----------------------------------------------------------------------------------
 

@@ -34,6 +34,10 @@ class Options:
     # False: time with CUDA events only, never capturing a graph (the judge's retry of a solution
     # whose failed capture broke its process, or a user's choice).
     allow_graph: bool = True
+    # A request to a definition's reference (a set's outputs, its make_inputs, its timing) that
+    # runs longer fails the job as the dataset's (``references.ReferenceFailed``): below the
+    # job's own time limit, so that a hanging reference is never the solution's TIMEOUT.
+    reference_timeout_s: float = 60.0
 
 
 def make_trace(

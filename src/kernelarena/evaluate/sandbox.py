@@ -65,6 +65,7 @@ class Sandbox:
             # not fight the judge's own threads for a machine's few cores.
             torch.set_num_threads(1)
         self.caches = ""  # where they are and what confines them, for the build's reply
+        self.reference: Any = None  # a ``reference_serving.ReferenceServer``, if it serves one
 
     def serve(self) -> None:
         while True:
@@ -87,7 +88,10 @@ class Sandbox:
                 self.warming.join()
                 self.warming = None
             try:
-                reply = getattr(self, "_" + operation)(*arguments)
+                # A sandbox that serves a reference answers the reference's requests only.
+                served = self if self.reference is None else self.reference
+                prefix = "_" if self.reference is None else ""
+                reply = getattr(served, prefix + operation)(*arguments)
             except BaseException as error:  # SystemExit too: the solution's, not ours
                 reply = self._failure(error)
             self._send(reply)
@@ -130,6 +134,8 @@ class Sandbox:
         from kernelarena.build import BuildError, DependencyMissing, build_solution
         from kernelarena.data import Definition, Solution
 
+        if self.reference is not None:
+            raise RuntimeError("this sandbox serves a definition's reference, not a solution")
         if namespace is not None and namespace != self.namespace:
             # Before any of the solution's code is built or imported.
             if self.namespace is not None:
@@ -151,6 +157,20 @@ class Sandbox:
         if self.caches:
             metadata["caches"] = self.caches
         return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
+
+    def _reference(self, definition_json: dict[str, Any], threads: int) -> dict[str, Any]:
+        """Serve the definition's reference from now on, never a solution
+        (``reference_serving``): its caches in this sandbox's temporary folder, its writes
+        confined there, before any of its code runs."""
+        from kernelarena.evaluate import solution_caches
+        from kernelarena.evaluate.reference_serving import ReferenceServer
+
+        if self.runnable is not None or self.namespace is not None or self.reference is not None:
+            raise RuntimeError("this sandbox already serves a solution or a reference")
+        self.namespace = "reference"
+        self.caches = solution_caches.enter_private(self.writable, self.confined)
+        self.reference = ReferenceServer(self, definition_json, threads)
+        return {**self.reference.loaded(), "caches": self.caches}
 
     def _bind(
         self, new_buffers: dict[int, tuple[str, int, bool, bytes]], bindings: list[tuple[Any, ...]]
