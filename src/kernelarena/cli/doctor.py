@@ -1,4 +1,5 @@
-"""``kernelarena doctor``: which protections a solution's sandbox gets on this machine."""
+"""``kernelarena doctor``: which protections a solution's sandbox gets on this machine, and where
+definitions' references run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ def doctor() -> None:
     and why (namespaces, file-system view, capabilities, Landlock, seccomp, resource limits)."""
     from kernelarena.evaluate.confine import landlock_abi
     from kernelarena.evaluate.isolation import find_bwrap, trial, walls
+    from kernelarena.evaluate.options import where_references_run
 
     found = walls()
     user = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
@@ -28,6 +30,7 @@ def doctor() -> None:
     console.print(f"a sandbox started now ({where or 'did not start'}):")
     console.print(f"  {confinement}", markup=False)
     console.print(f"CPU sandboxes: {_cpu_sandboxes()}", markup=False)
+    console.print(f"definitions' references: {where_references_run()}", markup=False)
 
 
 def _cpu_sandboxes() -> str:

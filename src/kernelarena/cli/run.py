@@ -157,12 +157,12 @@ def run(
             executor, address, device, timeouts, ray_resources, ray_accelerator, ray_label,
             ray_workers,
         )  # fmt: skip
-        from kernelarena.evaluate.options import Options
+        from kernelarena.evaluate.options import Options, within_job_time
         from kernelarena.evaluate.runner import make_plan
 
         combined, user = load(dataset)
         chosen_suite = suite or ("all" if on_gpu else "smoke")
-        options = Options(trials=trials, timing=not no_timing)
+        options = within_job_time(Options(trials=trials, timing=not no_timing), timeout)
         if not on_gpu:  # a check's times: a few samples say what a hundred would
             options = cpu_check_options(options)
         selection = _selection(user, names, dataset, library)
@@ -182,6 +182,10 @@ def run(
     several_cpus = len(devices) > 1 and set(devices) == {"cpu"}
     where = f"cpu ({len(devices)} workers)" if several_cpus else ", ".join(devices)
     say(out, f"{plan_summary(made.jobs)} on {where}; traces go to {user.root}")
+    from kernelarena.evaluate.options import REFERENCES_UNCONFINED, references_sandboxed
+
+    if not references_sandboxed() and os.environ.get("KERNELARENA_UNCONFINED") != "1":
+        say(out, REFERENCES_UNCONFINED, "yellow")
     print_left_out(made, combined, out)
     if not made.jobs:
         runner_executor.close()

@@ -25,12 +25,11 @@ import torch
 from kernelarena.data import Definition
 from kernelarena.evaluate.arena import Arena, kept_strides
 from kernelarena.evaluate.crosscheck import TimingRejected, reported_timing
+from kernelarena.evaluate.options import REFERENCES_UNCONFINED, references_sandboxed
 from kernelarena.evaluate.references import (
-    UNCONFINED_WARNING,
     InJudgeReference,
     Reference,
     ReferenceFailed,
-    in_sandboxes,
     last_line,
 )
 from kernelarena.evaluate.sandboxes import Sandbox, SandboxDied, Sandboxes
@@ -311,9 +310,9 @@ class References:
         self.device = device
         self.sandboxes = sandboxes
         self.limit = limit
-        self.sandboxed = in_sandboxes()
+        self.sandboxed = references_sandboxed()
         if not self.sandboxed:
-            print(UNCONFINED_WARNING, flush=True)
+            print(REFERENCES_UNCONFINED, flush=True)
         self._kept: OrderedDict[str, Reference] = OrderedDict()
         self._unloadable: dict[str, ReferenceFailed] = {}
 

@@ -12,7 +12,6 @@ as such, never a verdict on the solution being judged.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kernelarena.data import Definition
+from kernelarena.evaluate.options import where_references_run
 from kernelarena.evaluate.reference_runs import (
     ReferenceBroken,
     expected_outputs,
@@ -39,28 +39,6 @@ from kernelarena.runtime.inputs import (
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.shared_sets import Job
-
-UNCONFINED_WARNING = (
-    "kernelarena: KERNELARENA_REFERENCE_SANDBOX=0: definitions' references and make_inputs run "
-    "in the judge, unconfined, with your rights, files and network"
-)
-
-
-def in_sandboxes() -> bool:
-    """Whether references run in sandboxes of their own here (``references`` says when not)."""
-    return (
-        os.environ.get("KERNELARENA_REFERENCE_SANDBOX", "1") != "0"
-        and os.environ.get("KERNELARENA_UNCONFINED") != "1"
-    )
-
-
-def where_references_run() -> str:
-    """A line for ``kernelarena doctor`` and logs."""
-    if os.environ.get("KERNELARENA_UNCONFINED") == "1":
-        return "in the judge, unconfined (KERNELARENA_UNCONFINED=1)"
-    if not in_sandboxes():
-        return "in the judge, UNCONFINED (KERNELARENA_REFERENCE_SANDBOX=0)"
-    return "in a sandbox of their own per definition, confined as a solution's"
 
 
 class ReferenceFailed(Exception):
@@ -135,7 +113,8 @@ class Reference:
 
 
 class InJudgeReference(Reference):
-    """The reference run in the judge's own process: no walls at all (``UNCONFINED_WARNING``)."""
+    """The reference run in the judge's own process: no walls at all
+    (``options.REFERENCES_UNCONFINED``)."""
 
     def __init__(self, definition: Definition) -> None:
         super().__init__(definition)
