@@ -34,6 +34,19 @@ if TYPE_CHECKING:
 _KEPT_CUDA_BYTES = 2 << 30
 
 
+def serve_reference(
+    sandbox: Sandbox, definition_json: dict[str, Any], threads: int
+) -> tuple[ReferenceServer, dict[str, Any]]:
+    """Make ``sandbox`` serve the definition's reference: its caches in its temporary folder and
+    its writes confined there, before any of the reference's code runs; then the reference
+    loaded. Returns the server and the reply to the judge."""
+    from kernelarena.evaluate import solution_caches
+
+    sandbox.caches = solution_caches.enter_private(sandbox.writable, sandbox.confined)
+    server = ReferenceServer(sandbox, definition_json, threads)
+    return server, {**server.loaded(), "caches": sandbox.caches}
+
+
 class ReferenceServer:
     """The definition's reference loaded in this sandbox, and its last results held for
     ``deliver_held``."""

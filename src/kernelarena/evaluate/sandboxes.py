@@ -68,7 +68,9 @@ class Sandbox:
             "kernelarena.evaluate.sandbox",
             str(child.fileno()),
             device,
-            "first" if first else "spare",  # the first is waited for at once (sandbox._warm_triton)
+            "first"
+            if first
+            else "spare",  # the first is waited for at once (triton_warmth.warm_triton)
             *writable,
         ]
         command, environment = isolation.walled(command, writable, tmp, self.walls)
