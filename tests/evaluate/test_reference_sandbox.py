@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from kernelarena.data import AxisVar, Definition, RandomInput, TensorSpec, Workload
+from kernelarena.evaluate.crosscheck import EVENT_MODES
 from kernelarena.evaluate.options import Options
 from kernelarena.evaluate.reference_sandbox import SandboxedReference
 from kernelarena.evaluate.references import InJudgeReference, Reference
@@ -66,9 +67,30 @@ def _same(left: object, right: object, what: str) -> None:
 def test_the_sandboxed_reference_gives_what_the_judge_computed(
     sandboxes: Sandboxes, name: str, param: str | None
 ) -> None:
+    _compare(sandboxes, name, param, torch.device("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("name", "param"), SHAPED)
+def test_the_sandboxed_reference_gives_what_the_judge_computed_on_gpu(
+    tmp_path: Path, name: str, param: str | None
+) -> None:
+    """The same on a GPU: the sandbox a spare, the arena CUDA memory passed by descriptor, the
+    reference timed there (graphs and events)."""
+    sandboxes = Sandboxes("cuda:0", tmp_path, [])
+    try:
+        there = _compare(sandboxes, name, param, torch.device("cuda:0"))
+    finally:
+        sandboxes.close()
+    assert there.box is None
+
+
+def _compare(
+    sandboxes: Sandboxes, name: str, param: str | None, device: torch.device
+) -> SandboxedReference:
     definition = load_library().definitions[name]
     workload = _workload(name, param)
-    device = torch.device("cpu")
     here = InJudgeReference(definition)
     there = SandboxedReference(definition, device, sandboxes)
     try:
@@ -92,8 +114,16 @@ def test_the_sandboxed_reference_gives_what_the_judge_computed(
                 _same(expected[key], expected_here[key], f"{name} output {key}")
             for key in precise:
                 _same(precise[key], precise_here[key], f"{name} float64 output {key}")
+        job = _job(definition, workload, there)
+        draws = [there.draw(job, device, seed, (1.0, 0.0)) for seed in (5, 6, 7)]
+        for graph in (False, True) if device.type == "cuda" else (False,):
+            timing = there.time(job, device, draws, graph)
+            assert timing.median_ms > 0 and timing.count > 0
+            modes = {"cpu_clock"} if device.type == "cpu" else EVENT_MODES | {"cuda_graph"}
+            assert timing.mode in modes, timing.mode
     finally:
         there.close()
+    return there
 
 
 # A reference that returns float32 for a bfloat16 output, a transposed view, and whose float64

@@ -40,12 +40,13 @@ def _returned(result: Any) -> list[Any]:
 
 
 def expected_outputs(
-    run: Callable[..., Any], definition: Definition, arguments: list[Value]
+    run: Callable[..., Any], definition: Definition, arguments: list[Value], own: bool = False
 ) -> list[torch.Tensor]:
     """The reference's outputs for ``arguments`` (the definition's inputs, in order), one tensor
-    per output; ``ReferenceBroken`` where it returns anything else."""
+    per output; ``ReferenceBroken`` where it returns anything else. ``own``: the arguments are
+    the caller's to lose (a request's copies, used last here), so none is copied again."""
     with torch.no_grad():
-        values = _returned(run(*_copies(arguments)))
+        values = _returned(run(*(arguments if own else _copies(arguments))))
     names = list(definition.outputs)
     if len(values) != len(names) or not all(isinstance(v, torch.Tensor) for v in values):
         kinds = ", ".join(type(v).__name__ for v in values[:8])
@@ -64,9 +65,14 @@ def precise_outputs(
     upcast = precise_inputs(definition, inputs)
     if upcast is None:
         return {}
+    # The upcast tensors are new already; the others (integers, FP8 and FP4 codes) are copied.
+    arguments = [
+        v.clone() if isinstance(v, torch.Tensor) and v is inputs[n] else v
+        for n, v in ((n, upcast[n]) for n in definition.inputs)
+    ]
     try:
         with torch.no_grad():
-            values = _returned(run(*_copies([upcast[n] for n in definition.inputs])))
+            values = _returned(run(*arguments))
     except Exception:  # a reference written for its dtypes only: not measured
         return {}
     if len(values) != len(definition.outputs):

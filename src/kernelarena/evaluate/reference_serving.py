@@ -58,7 +58,7 @@ class ReferenceServer:
         self.sandbox = sandbox
         self.device = sandbox.device
         self.definition = Definition.model_validate(definition_json)
-        if threads > 0 and self.device.type != "cuda":
+        if threads > 0:
             # The judge's count: a CPU reduction's order, so its rounding, follows the threads.
             torch.set_num_threads(threads)
         namespace = load_reference(self.definition)
@@ -88,18 +88,21 @@ class ReferenceServer:
             names = list(self.definition.outputs)
             destinations = list(bound.outputs)
             reply: dict[str, Any] = {"ok": True}
-            self.held = []
-            if wanted[0]:
-                values = expected_outputs(self.run, self.definition, bound.arguments)
-                reply["expected"] = self._place(values, destinations[: len(names)], False)
-                destinations = destinations[len(names) :]
-                self.held += values
+            expected: list[Any] = []
+            upcast: list[Any] = []
+            # The float64 run first: the run in the definition's dtypes may then have the
+            # request's copies of the inputs, which it may write, without copying them again.
             if wanted[1]:
                 inputs = dict(zip(self.definition.inputs, bound.arguments, strict=True))
                 found = precise_outputs(self.run, self.definition, inputs)
                 upcast = [found.get(name) for name in names]
+            if wanted[0]:
+                expected = expected_outputs(self.run, self.definition, bound.arguments, own=True)
+                reply["expected"] = self._place(expected, destinations[: len(names)], False)
+                destinations = destinations[len(names) :]
+            if wanted[1]:
                 reply["precise"] = self._place(upcast, destinations, False)
-                self.held += upcast
+            self.held = expected + upcast
             return reply
         except ReferenceBroken as broken:
             return {"broken": str(broken)}

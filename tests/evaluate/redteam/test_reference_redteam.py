@@ -91,10 +91,10 @@ def _dataset(root: Path, stems: list[str]) -> TraceSet:
     return made
 
 
-def _run(root: Path, stems: list[str]) -> Benchmark:
+def _run(root: Path, stems: list[str], device: str = "cpu") -> Benchmark:
     benchmark = Benchmark(
         _dataset(root, stems),
-        devices="cpu",
+        devices=device,
         options=Options(trials=2, budget_ms=20, max_iterations=20, reference_timeout_s=5.0),
         timeouts=Timeouts(build_s=120, run_s=60, startup_s=300),
     )
@@ -104,6 +104,16 @@ def _run(root: Path, stems: list[str]) -> Benchmark:
 
 @pytest.mark.timeout(900)
 def test_attacks_from_a_dataset_s_reference_are_contained(tmp_path: Path) -> None:
+    _contained(tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(900)
+def test_attacks_from_a_dataset_s_reference_are_contained_on_gpu(tmp_path: Path) -> None:
+    _contained(tmp_path, "cuda:0")
+
+
+def _contained(tmp_path: Path, device: str) -> None:
     if not walls().available:
         pytest.skip(f"no namespaces on this machine: {walls().why_not}")
     (tmp_path / "host").mkdir()
@@ -129,7 +139,7 @@ def test_attacks_from_a_dataset_s_reference_are_contained(tmp_path: Path) -> Non
                 }
             ),
         ):
-            benchmark = _run(tmp_path / "dataset", list(ATTACKS))
+            benchmark = _run(tmp_path / "dataset", list(ATTACKS), device)
             assert not _processes_named(orphan), "an orphan of a reference outlived the run"
         assert (reached_unix, reached_tcp) == ([], [])
     finally:
@@ -148,6 +158,7 @@ def _reported_as_the_dataset_s(benchmark: Benchmark) -> None:
     skipped = {(job.definition.name, job.workload.axes["n"]): why for job, why in summary.skipped}
     honest = traces[("vector_scale", 64)].evaluation
     assert honest is not None and honest.status is Status.PASSED, honest
+    assert honest.performance is not None and honest.performance.reference_latency_ms > 0
     for stem, phrase in ATTACKS.items():
         name = f"reference_{stem}"
         size = SIZES.get(stem, (64,))[-1]
@@ -165,7 +176,10 @@ def _reported_as_the_dataset_s(benchmark: Benchmark) -> None:
 def test_references_in_the_judge_on_request(tmp_path: Path) -> None:
     """``KERNELARENA_REFERENCE_SANDBOX=0`` (a diagnosis): references run in the judge as before;
     a broken one is still the dataset's problem."""
-    with _environment({"KERNELARENA_REFERENCE_SANDBOX": "0"}):
+    with (
+        _environment({"KERNELARENA_REFERENCE_SANDBOX": "0"}),
+        pytest.warns(UserWarning, match="run in the judge, unconfined"),
+    ):
         benchmark = _run(tmp_path / "dataset", ["raises"])
     summary = benchmark.summary
     assert summary is not None
