@@ -194,3 +194,38 @@ def test_the_sandboxed_reference_runs_with_the_judge_s_threads(tmp_path: Path) -
     finally:
         there.close()
         sandboxes.close()
+
+
+def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandboxes) -> None:
+    """Every job of a workload draws the same seeds: the second solution's draws and expected
+    outputs come from what the first one's asked; a set with a changed input (a partial refill
+    copies what it changes) is never taken for the kept draw."""
+    definition = load_library().definitions["rmsnorm_bf16"]
+    workload = _workload("rmsnorm_bf16", "row_stride")
+    device = torch.device("cpu")
+    there = SandboxedReference(definition, device, sandboxes)
+    asked: list[str] = []
+    send = there._send
+
+    def counted(operation: str, *rest: object) -> dict[str, object]:
+        if operation != "deliver_held":  # a result of a layout not seen yet: delivered after
+            asked.append(operation)
+        return send(operation, *rest)
+
+    there._send = counted  # type: ignore[method-assign]
+    try:
+        there.ready(60.0)
+        job = _job(definition, workload, there)
+        drawn = there.draw(job, device, 1, (1.0, 0.0))
+        expected, precise = there.outputs(job, drawn, precise=True)
+        assert asked == ["make_inputs", "expect"]
+        again = there.draw(job, device, 1, (1.0, 0.0))  # the next solution's job
+        assert there.outputs(job, again, precise=True) == (expected, precise)
+        assert asked == ["make_inputs", "expect"]
+        changed = dict(again, x=again["x"].clone())
+        changed["x"].view(-1)[0] += 1
+        other, _ = there.outputs(job, changed)
+        assert asked == ["make_inputs", "expect", "expect"]
+        assert not torch.equal(other["out"], expected["out"])
+    finally:
+        there.close()

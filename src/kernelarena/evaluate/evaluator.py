@@ -237,7 +237,19 @@ class Evaluator:
             blob_root,
             bool(build.get("dps")),
         )
-        sets = SetMaker(self.arena, sandbox, job, self.device)
+        outcome = self._judged(SetMaker(self.arena, sandbox, job, self.device), solution)
+        try:
+            # Stopped until its definition's next job: nothing of it runs beside another
+            # definition's. A process it left running makes this job's verdict the dataset's.
+            reference.release()
+        except ReferenceFailed as failed:
+            return Outcome(skipped=str(failed))
+        return outcome
+
+    def _judged(self, sets: SetMaker, solution: Solution) -> Outcome:
+        """Correct before fast: the checks, then the timing and its checks (``timing_check``)."""
+        job = sets.job
+        definition, workload, options = job.definition, job.workload, job.options
         try:
             correctness = self._check(sets)
             performance = Performance(timing_mode="not_timed")
@@ -257,7 +269,7 @@ class Evaluator:
                     definition, solution, workload, Status.PASSED, log, correctness, performance
                 )
             )
-        except ReferenceFailed as failed:
+        except ReferenceFailed as failed:  # the dataset's fault, found first: not a verdict
             return Outcome(skipped=str(failed))
         except InputsError as error:  # the definition's, not the solution's: nothing to judge
             return Outcome(skipped=f"inputs cannot be generated: {error}")

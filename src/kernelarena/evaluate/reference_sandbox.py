@@ -7,15 +7,17 @@ gets an arena of its own: each request copies the inputs it needs (the judge's p
 stay here) into buffers carved afresh, with a destination for each result shaped as the judge
 expects it, and the judge copies the results out before the next request reuses the buffers. A
 result of another dtype, shape or layout is described instead and delivered into buffers made to
-its measure; the judge expects that layout from then on. Between requests the sandbox is stopped
-(SIGSTOP), so nothing of the reference runs beside a solution's timing; a request that runs past
-its time limit, a death, a reply that is not one, or a process it leaves running ends the
-sandbox and is ``ReferenceFailed``.
+its measure; the judge expects that layout from then on. Between its definition's jobs the
+sandbox is stopped (SIGSTOP), so nothing of the reference runs beside another definition's; a
+request that runs past its time limit, a death, a reply that is not one, or a process it leaves
+running ends the sandbox and is ``ReferenceFailed``. Draws and the reference's outputs for them
+are kept (``kept_draws``): every job of a workload draws the same seeds.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from collections import OrderedDict
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -25,6 +27,7 @@ import torch
 from kernelarena.data import Definition
 from kernelarena.evaluate.arena import Arena, kept_strides
 from kernelarena.evaluate.crosscheck import TimingRejected, reported_timing
+from kernelarena.evaluate.kept_draws import KeptDraws
 from kernelarena.evaluate.options import REFERENCES_UNCONFINED, references_sandboxed
 from kernelarena.evaluate.references import (
     InJudgeReference,
@@ -34,12 +37,14 @@ from kernelarena.evaluate.references import (
 )
 from kernelarena.evaluate.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.timing import Timing
-from kernelarena.runtime.inputs import PlainInputs, Value
+from kernelarena.runtime.inputs import Distribution, PlainInputs, Value
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.shared_sets import Job
 
 Place = tuple[torch.dtype, tuple[int, ...], tuple[int, ...]]  # dtype, shape, strides
+# Draws and the reference's outputs for them kept for the next job of the workload, in all.
+_DRAWS_KEPT_BYTES = 64 << 20
 # Described results past this size are refused: the judge would allocate them.
 _RESULT_BYTES_LIMIT = 1 << 36
 _RAISED = {
@@ -65,11 +70,13 @@ class SandboxedReference(Reference):
         self.box: Sandbox | None = None
         self.timeout_s = 60.0
         self._layouts: dict[tuple[str, str, str], Place] = {}  # results' layouts seen so far
+        self._kept = KeptDraws(_DRAWS_KEPT_BYTES)
         self._ids = itertools.count()
 
     def ready(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         if self.box is not None and self.box.alive():
+            self.box.resume()
             return
         self.close()
         try:
@@ -83,6 +90,20 @@ class SandboxedReference(Reference):
         self.shapes_inputs = reply.get("make_inputs") is True
         self.confinement = f"{self.box.confinement}; {reply.get('caches', '')}"
 
+    def release(self) -> None:
+        """Stopped (SIGSTOP) between its definition's jobs, so that nothing of it (a thread, a
+        process, a GPU launch) runs beside another definition's; a process it left running ends
+        it, and fails the job that just ran as the dataset's."""
+        if self.box is None:
+            return
+        strays = self.box.stop_finding_strays()
+        if strays:
+            self.close()
+            shown = ", ".join(map(str, strays[:8]))
+            raise self._failed(
+                "left processes running", f"{len(strays)} (pids {shown}); killed with its sandbox"
+            )
+
     def close(self) -> None:
         if self.box is not None:
             self.box.retire()
@@ -90,6 +111,16 @@ class SandboxedReference(Reference):
         self.arena.hand_to(None)
 
     # -- the judge's requests -------------------------------------------------------------------
+
+    def draw(
+        self, job: Job, device: torch.device, seed: int, distribution: Distribution
+    ) -> dict[str, Value]:
+        key = (job.workload.uuid, seed, distribution)
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = super().draw(job, device, seed, distribution)
+            self._kept.put(key, kept)
+        return kept
 
     def shape_inputs(self, job: Job, drawn: PlainInputs, device: torch.device) -> dict[str, Value]:
         names = list(self.definition.inputs)
@@ -113,13 +144,27 @@ class SandboxedReference(Reference):
     def outputs(
         self, job: Job, inputs: dict[str, Value], expected: bool = True, precise: bool = False
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        kept = [self._kept.outputs(inputs, False), self._kept.outputs(inputs, True)]
+        wanted = (expected and kept[0] is None, precise and kept[1] is None)
+        if any(wanted):
+            found = self._computed(job, inputs, wanted)
+            for upcast, values in enumerate(found):
+                if wanted[upcast]:
+                    kept[upcast] = values
+                    self._kept.keep_outputs(inputs, bool(upcast), values)
+        return (kept[0] or {}) if expected else {}, (kept[1] or {}) if precise else {}
+
+    def _computed(
+        self, job: Job, inputs: dict[str, Value], wanted: tuple[bool, bool]
+    ) -> list[dict[str, torch.Tensor]]:
+        """The runs ``wanted`` (in the definition's dtypes, in float64) in one request."""
         names = list(self.definition.outputs)
-        groups = [g for g, wanted in (("expected", expected), ("precise", precise)) if wanted]
+        groups = [g for g, want in zip(("expected", "precise"), wanted, strict=True) if want]
         keys = [(group, name, job.workload.uuid) for group in groups for name in names]
         places = [self._layouts.get(key) or self._guess(job, key) for key in keys]
         self.arena.reset()
         binding, targets = self._carve([inputs[n] for n in self.definition.inputs], places)
-        reply = self._send("expect", binding, (expected, precise))
+        reply = self._send("expect", binding, wanted)
         described = [item for group in groups for item in _items(reply.get(group), len(names))]
         values = self._collect(keys, described, list(targets))
         found: list[dict[str, torch.Tensor]] = [{}, {}]
@@ -128,7 +173,7 @@ class SandboxedReference(Reference):
                 found[group == "precise"][name] = value
             elif group == "expected":
                 raise self._failed("is broken", f"output '{name}' is not a tensor")
-        return found[0], found[1]
+        return found
 
     def time(
         self, job: Job, device: torch.device, draws: list[dict[str, Value]], graph: bool
@@ -234,11 +279,9 @@ class SandboxedReference(Reference):
                 handoff.close()
 
     def _request(self, *message: Any, fds: list[int] | None = None, loading: bool = False) -> Any:
-        """One request, the sandbox running only while it is answered; its failures the
-        reference's (``ReferenceFailed``)."""
+        """One request; its failures the reference's (``ReferenceFailed``)."""
         box = self.box
         assert box is not None
-        box.resume()
         try:
             reply = box.request(*message, timeout=self.timeout_s, fds=fds or ())
         except SandboxDied as died:
@@ -248,13 +291,6 @@ class SandboxedReference(Reference):
                 what = said.removeprefix("the sandbox ")
                 raise self._failed(what, "its sandbox was killed") from None
             raise self._failed("failed", _brief(said)) from None
-        strays = box.stop_finding_strays()
-        if strays:
-            self.close()
-            shown = ", ".join(map(str, strays[:8]))
-            raise self._failed(
-                "left processes running", f"{len(strays)} (pids {shown}); killed with its sandbox"
-            )
         if "error" in reply:
             # Raised before or while it read the request's descriptors: it starts again.
             self.close()
@@ -303,13 +339,16 @@ def _brief(text: str) -> str:
 
 class References:
     """A judge's references by definition: sandboxed ones kept alive for the last ``limit``
-    definitions (their jobs mostly come together), a definition whose reference cannot load
-    remembered so its later jobs fail at once."""
+    definitions (their jobs mostly come together; ``KERNELARENA_REFERENCE_SANDBOXES``), a
+    definition whose reference cannot load remembered so its later jobs fail at once."""
 
-    def __init__(self, device: torch.device, sandboxes: Sandboxes, limit: int = 2) -> None:
+    def __init__(self, device: torch.device, sandboxes: Sandboxes) -> None:
         self.device = device
         self.sandboxes = sandboxes
-        self.limit = limit
+        # A GPU sandbox holds a CUDA context and its allocator's cache; a CPU one, forked from
+        # the zygote, shares most of its memory with it.
+        default = "2" if device.type == "cuda" else "8"
+        self.limit = int(os.environ.get("KERNELARENA_REFERENCE_SANDBOXES", default))
         self.sandboxed = references_sandboxed()
         if not self.sandboxed:
             print(REFERENCES_UNCONFINED, flush=True)

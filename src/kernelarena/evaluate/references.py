@@ -73,6 +73,9 @@ class Reference:
         """Before each job: the reference loaded and answering, each request bounded by
         ``timeout_s``."""
 
+    def release(self) -> None:
+        """After each job: nothing of the reference runs until its next one."""
+
     def draw(
         self, job: Job, device: torch.device, seed: int, distribution: Distribution
     ) -> dict[str, Value]:
