@@ -120,7 +120,7 @@ class SandboxedReference(Reference):
         if kept is None:
             kept = super().draw(job, device, seed, distribution)
             self._kept.put(key, kept)
-        return kept
+        return dict(kept)  # the caller's dict; the tensors are read, never written, by the judge
 
     def shape_inputs(self, job: Job, drawn: PlainInputs, device: torch.device) -> dict[str, Value]:
         names = list(self.definition.inputs)
