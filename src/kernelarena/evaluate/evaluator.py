@@ -1,8 +1,11 @@
-"""The judge: evaluate one solution on one workload without ever running its code here.
+"""The judge: evaluate one solution on one workload without ever running its code here, nor the
+code of its definition's reference.
 
-The solution runs in a sandbox process (``sandbox``); this process draws the inputs, shares them
-(``arena``), runs the reference, keeps the pristine copies and the expected outputs where the sandbox
-cannot reach them, compares, and writes the trace. Correct before fast: ``trials`` draws of fresh
+The solution runs in a sandbox process (``sandbox``), the definition's reference in another
+(``references``, ``reference_sandbox``); this process draws the inputs, shares them (``arena``),
+keeps the pristine copies and the expected outputs where the solution's sandbox cannot reach them,
+compares, and writes the trace. A reference that fails is the dataset's fault: the job is skipped
+with its reason, never judged. Correct before fast: ``trials`` draws of fresh
 inputs, outputs poisoned before every call, every output against the reference within tolerance,
 inputs not aliased by an output unchanged. Then the sandbox times the solution, and the judge checks
 the claim (``timing_check``): it times eager loops over the timed input sets with its own clock,
