@@ -71,3 +71,30 @@ def test_build_winners_command(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "m1" in result.output and "built" in result.output and "0 failed" in result.output
+
+
+def test_warming_runs_no_make_inputs_but_the_library_s(tmp_path: Path) -> None:
+    """A winner is warmed on inputs drawn here, in the command's own process: a definition's
+    make_inputs is the dataset's code, which runs only in a sandbox, so one that is not the
+    library's own leaves the winner unwarmed, and does not run."""
+    import types
+
+    import torch
+
+    from kernelarena.dispatch.aot import _call_once
+    from kernelarena.library import load_library
+
+    marker = tmp_path / "make_inputs-ran"
+    library = load_library().definitions["scale_fp32"]
+    planted = library.model_copy(
+        update={
+            "reference": library.reference
+            + "\n\ndef make_inputs(axes, inputs, params, generator, device):\n"
+            + f"    open({str(marker)!r}, 'w').close()\n    return inputs\n"
+        }
+    )
+    trace = timed(TOY, ONE, workload(TOY, rows=4, cols=8), 1.0)
+    runnable = types.SimpleNamespace(definition=planted)
+    left_out = _call_once(runnable, trace, torch.device("cpu"), None)  # type: ignore[arg-type]
+    assert left_out.startswith("not warmed"), left_out
+    assert not marker.exists()

@@ -247,6 +247,20 @@ def test_doctor_says_cpu_sandboxes_fork_where_the_walls_stand() -> None:
     result = CliRunner().invoke(app, ["doctor"])
     assert result.exit_code == 0, result.output
     assert "CPU sandboxes: forked from a zygote" in result.output
+    assert "definitions' references: in a sandbox of their own" in result.output
+
+
+def test_doctor_says_references_run_in_the_judge_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from kernelarena.cli import app
+
+    monkeypatch.setenv("KERNELARENA_REFERENCE_SANDBOX", "0")
+    result = CliRunner().invoke(app, ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert "definitions' references: in the judge, UNCONFINED" in result.output
 
 
 def test_compilers_outside_the_system_folders_are_bound_with_their_prefix(tmp_path: Path) -> None:

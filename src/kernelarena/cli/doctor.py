@@ -1,5 +1,5 @@
-"""``kernelarena doctor``: which protections a solution's sandbox gets on this machine, and which
-hot path ``@kernelarena.apply`` runs here."""
+"""``kernelarena doctor``: which protections a solution's sandbox gets on this machine, where
+definitions' references run, and which hot path ``@kernelarena.apply`` runs here."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def doctor() -> None:
     then whether apply's hot path is compiled here (and if not, why)."""
     from kernelarena.evaluate.confine import landlock_abi
     from kernelarena.evaluate.isolation import find_bwrap, trial, walls
+    from kernelarena.evaluate.options import where_references_run
 
     found = walls()
     user = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
@@ -33,6 +34,7 @@ def doctor() -> None:
     from kernelarena.dispatch import fastcall
 
     console.print(f"apply fast path: {fastcall.status()}", markup=False)
+    console.print(f"definitions' references: {where_references_run()}", markup=False)
 
 
 def _cpu_sandboxes() -> str:

@@ -226,12 +226,13 @@ def _plan(workers: _Workers, asked: _Asked) -> _Planned:
     started: Executor | None = None
     try:
         started, devices, on_gpu = _start_executor(workers)
-        from kernelarena.evaluate.options import Options
+        from kernelarena.evaluate.options import Options, within_job_time
         from kernelarena.evaluate.runner import make_plan
 
         combined, user = load(asked.dataset)
         suite = asked.suite or ("all" if on_gpu else "smoke")
         options = Options(trials=asked.trials, timing=asked.timing)
+        options = within_job_time(options, workers.timeouts.run_s)
         if not on_gpu:  # a check's times: a few samples say what a hundred would
             options = cpu_check_options(options)
         selection = _selection(user, asked.names, asked.dataset, asked.library)
@@ -255,6 +256,10 @@ def _say_what_runs(planned: _Planned, out: Console) -> None:
     several_cpus = len(devices) > 1 and set(devices) == {"cpu"}
     where = f"cpu ({len(devices)} workers)" if several_cpus else ", ".join(devices)
     say(out, f"{plan_summary(made.jobs)} on {where}; traces go to {planned.user.root}")
+    from kernelarena.evaluate.options import REFERENCES_UNCONFINED, references_sandboxed
+
+    if not references_sandboxed() and os.environ.get("KERNELARENA_UNCONFINED") != "1":
+        say(out, REFERENCES_UNCONFINED, "yellow")
     print_left_out(made, planned.combined, out)
     if not made.jobs:
         planned.executor.close()

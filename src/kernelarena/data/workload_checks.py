@@ -16,7 +16,7 @@ def unmet_constraint_problems(definition: Definition, workload: Workload) -> lis
     """(field, message) for each plain random input that a value constraint of no generated form
     reads, where the reference has no ``make_inputs`` to make it."""
     unmet = definition.value_plan.unmet
-    if not unmet or _defines_make_inputs(definition.reference):
+    if not unmet or defines_make_inputs(definition.reference):
         return []
     problems = []
     for constraint in unmet:
@@ -37,7 +37,7 @@ def unmet_constraint_problems(definition: Definition, workload: Workload) -> lis
     return problems
 
 
-def _defines_make_inputs(reference: str) -> bool:
+def defines_make_inputs(reference: str) -> bool:
     try:
         module = ast.parse(reference)
     except SyntaxError:

@@ -5,7 +5,10 @@ What "built" means per language: CUDA/C++ is compiled (for the solution's target
 a machine without a GPU); Python and Triton sources are written to the cache and imported. Triton
 compiles a kernel on its first launch for the shapes' specializations: with a GPU here and
 ``warm``, each of the library's winners is called once on inputs of a workload it won, which
-fills Triton's and torch.compile's caches as well. CUDA and C++ solutions are compiled first by
+fills Triton's and torch.compile's caches as well. Those inputs are drawn by kernelarena's own
+code: a definition's ``make_inputs`` shapes them only where its reference is the library's own,
+since a dataset's reference runs only in a sandbox (``evaluate.references``); a winner whose
+definition has another ``make_inputs`` is left unwarmed. CUDA and C++ solutions are compiled first by
 the ``pool`` the caller passes (the command line passes the build pool's, ``evaluate.build_pool``:
 in parallel, each build confined, failures cached with their error). A solution from outside the
 library is built by the ``confined`` builder the caller passes (the command line passes the
@@ -31,9 +34,11 @@ from kernelarena.compile import (
     namespace_of,
 )
 from kernelarena.data import Definition, Solution, Trace, TraceSet
+from kernelarena.data.workload_checks import defines_make_inputs
 from kernelarena.dispatch.runtime import describe_device
 from kernelarena.dispatch.store import load_or_build
 from kernelarena.dispatch.table import ApplyTable, workload_key
+from kernelarena.library import load_library
 from kernelarena.runtime.hardware import hardware_name
 from kernelarena.runtime.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
 
@@ -175,9 +180,11 @@ def _build_one(
         return Built(definition.name, name, hardware, "built", detail)
     try:
         blob_root = trace_set.blob_roots.get(trace.workload.uuid, trace_set.root)
-        _call_once(runnable, trace, torch.device(device), blob_root)
+        left_out = _call_once(runnable, trace, torch.device(device), blob_root)
     except Exception as error:  # the build stands; warming is a courtesy
         return Built(definition.name, name, hardware, "built", f"warm-up failed: {error}"[:300])
+    if left_out:
+        return Built(definition.name, name, hardware, "built", left_out)
     return Built(definition.name, name, hardware, "warmed", detail)
 
 
@@ -213,17 +220,28 @@ def _won_trace(
 
 def _call_once(
     runnable: Runnable, trace: Trace, device: torch.device, blob_root: Path | None
-) -> None:
+) -> str:
+    """One call of a library winner on inputs of a workload it won; what was left out, if
+    anything. The inputs come from kernelarena's own code only: a definition's reference is the
+    dataset's code, which runs only in a sandbox (``evaluate.references``), so its
+    ``make_inputs`` shapes them only where the reference is the library's own."""
     definition = runnable.definition
     axes = definition.resolve_axes(trace.workload.axes)
-    reference: dict[str, Any] = load_reference(definition)
+    make_inputs = None
+    library = load_library().definitions.get(definition.name)
+    if library is not None and library.reference == definition.reference:
+        make_inputs = load_reference(definition).get("make_inputs")
+    elif defines_make_inputs(definition.reference):
+        return (
+            "not warmed: its definition's make_inputs is not the library's, and runs only confined"
+        )
     inputs = generate_inputs(
         definition,
         trace.workload,
         axes,
         device,
         seed_for(trace.workload, "warm"),
-        reference.get("make_inputs"),
+        make_inputs,
         blob_root,
     )
     arguments: list[Any] = [inputs[n] for n in definition.inputs]
@@ -231,3 +249,4 @@ def _call_once(
         arguments += list(allocate_outputs(definition, axes, device).values())
     runnable(*arguments)
     torch.cuda.synchronize(device)
+    return ""

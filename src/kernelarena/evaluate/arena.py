@@ -96,12 +96,22 @@ class Arena:
 
     def share(self, values: list[torch.Tensor]) -> tuple[list[torch.Tensor], Layout]:
         """Contiguous copies of ``values`` side by side in a buffer, and where they sit."""
+        places = [(v.dtype, tuple(v.shape), _kept_strides(v)) for v in values]
+        shared, layout = self.carve(places)
+        for target, value in zip(shared, values, strict=True):
+            target.copy_(value)
+        return shared, layout
+
+    def carve(
+        self, places: list[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]]]
+    ) -> tuple[list[torch.Tensor], Layout]:
+        """Room for tensors of these (dtype, shape, stride) side by side in a buffer, unwritten,
+        and where they sit."""
         self._release_pending()
         offsets, total = [], 0
-        strides = [_kept_strides(v) for v in values]
-        for value, stride in zip(values, strides, strict=True):
+        for dtype, shape, stride in places:
             offsets.append(total)
-            total += -(-_span(value.shape, stride) * value.element_size() // ALIGNMENT) * ALIGNMENT
+            total += -(-_span(shape, stride) * dtype.itemsize // ALIGNMENT) * ALIGNMENT
         if total > CHUNK_BYTES[self.device.type]:
             # A set larger than a chunk gets a buffer of its own, freed with the set: kept as a
             # chunk, sets of a few GiB would pile up across jobs (an 8 GiB KV cache does).
@@ -109,14 +119,8 @@ class Arena:
             start = 0
         else:
             where, start, buffer = self._allocate(max(total, ALIGNMENT))
-        layout = [
-            (start + o, v.dtype, tuple(v.shape), st)
-            for o, v, st in zip(offsets, values, strides, strict=True)
-        ]
-        shared = [_view(buffer, *place) for place in layout]
-        for target, value in zip(shared, values, strict=True):
-            target.copy_(value)
-        return shared, (where, layout)
+        layout = [(start + o, *place) for o, place in zip(offsets, places, strict=True)]
+        return [_view(buffer, *place) for place in layout], (where, layout)
 
     def mark(self) -> tuple[int, int]:
         return self._chunk, self._offset
@@ -265,16 +269,20 @@ def release_unused(device: torch.device) -> None:
 
 
 def _kept_strides(value: torch.Tensor) -> tuple[int, ...]:
+    return kept_strides(tuple(value.shape), tuple(value.stride()))
+
+
+def kept_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
     """The strides a shared copy keeps: the value's own when they cover its storage densely (a
     permuted layout is part of what a solution is given), contiguous ones otherwise."""
     expected = 1
-    for size, step in sorted(zip(value.shape, value.stride(), strict=True), key=lambda d: d[1]):
+    for size, step in sorted(zip(shape, stride, strict=True), key=lambda d: d[1]):
         if size == 1:
             continue
         if step != expected:
-            return tuple(torch.empty(value.shape, device="meta").stride())
+            return tuple(torch.empty(shape, device="meta").stride())
         expected *= size
-    return tuple(value.stride())
+    return tuple(stride)
 
 
 def _span(shape: tuple[int, ...] | torch.Size, stride: tuple[int, ...]) -> int:

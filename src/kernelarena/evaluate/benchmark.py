@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Sequence
 
 from kernelarena.data import Trace, TraceSet
 from kernelarena.evaluate.devices import resolve_devices
 from kernelarena.evaluate.jobs import Timeouts
 from kernelarena.evaluate.local import LocalExecutor
-from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.options import (
+    REFERENCES_UNCONFINED,
+    Options,
+    references_sandboxed,
+    within_job_time,
+)
 from kernelarena.evaluate.runner import RunSummary, plan, run_jobs
 from kernelarena.registry import add_registered
 
@@ -34,8 +41,8 @@ class Benchmark:
             if devices is None or isinstance(devices, str)
             else list(devices)
         )
-        self.options = options or Options()
         self.timeouts = timeouts or Timeouts()
+        self.options = within_job_time(options or Options(), self.timeouts.run_s)
         self.summary: RunSummary | None = None
 
     def run_all(
@@ -46,6 +53,8 @@ class Benchmark:
         resume: bool = False,
     ) -> list[Trace]:
         add_registered(self.trace_set)
+        if not references_sandboxed() and os.environ.get("KERNELARENA_UNCONFINED") != "1":
+            warnings.warn(REFERENCES_UNCONFINED, stacklevel=2)
         on_gpu = any(d.startswith("cuda") for d in self.devices)
         jobs = plan(self.trace_set, names, solutions, suite, on_gpu, self.options)
         executor = LocalExecutor(self.devices, self.timeouts)

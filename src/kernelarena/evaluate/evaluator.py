@@ -1,8 +1,11 @@
-"""The judge: evaluate one solution on one workload without ever running its code here.
+"""The judge: evaluate one solution on one workload without ever running its code here, nor the
+code of its definition's reference.
 
-The solution runs in a sandbox process (``sandbox``); this process draws the inputs, shares them
-(``arena``), runs the reference, keeps the pristine copies and the expected outputs where the sandbox
-cannot reach them, compares, and writes the trace. Correct before fast: ``trials`` draws of fresh
+The solution runs in a sandbox process (``sandbox``), the definition's reference in another
+(``references``, ``reference_sandbox``); this process draws the inputs, shares them (``arena``),
+keeps the pristine copies and the expected outputs where the solution's sandbox cannot reach them,
+compares, and writes the trace. A reference that fails is the dataset's fault: the job is skipped
+with its reason, never judged. Correct before fast: ``trials`` draws of fresh
 inputs, outputs poisoned before every call, every output against the reference within tolerance,
 inputs not aliased by an output unchanged. Then the sandbox times the solution, and the judge checks
 the claim (``timing_check``): it times eager loops over the timed input sets with its own clock,
@@ -34,6 +37,8 @@ from kernelarena.data import (
 from kernelarena.evaluate.arena import Arena
 from kernelarena.evaluate.crosscheck import TimingRejected
 from kernelarena.evaluate.options import Options, make_trace
+from kernelarena.evaluate.reference_sandbox import References
+from kernelarena.evaluate.references import Reference, ReferenceFailed
 from kernelarena.evaluate.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet
 from kernelarena.evaluate.solution_caches import namespace_of
@@ -44,7 +49,6 @@ from kernelarena.runtime.inputs import (
     STANDARD,
     Distribution,
     InputsError,
-    load_reference,
     seed_for,
 )
 
@@ -99,7 +103,7 @@ class Evaluator:
         self.environment = Environment.model_validate(environment)
         self.sandboxes = sandboxes
         self.arena = Arena(device)
-        self._references: dict[str, dict[str, Any]] = {}
+        self.references = References(device, sandboxes)
         self.reference_timings: dict[tuple[str, str, bool], Any] = {}
         self._warm_up: JudgeWarmUp | None = None
         self._capture_failed = False  # in the job just evaluated (``SetMaker.capture_failed``)
@@ -118,6 +122,7 @@ class Evaluator:
 
     def close(self) -> None:
         self._settle()  # its CUDA work must not meet the teardown
+        self.references.close()
         self.sandboxes.close()
         self.arena.close()
 
@@ -228,16 +233,32 @@ class Evaluator:
             arch = build.get("metadata", {}).get("arch", "the GPU")
             return Outcome(skipped=f"compiled for {arch}; not run: no GPU here")
         notify("running")
+        try:
+            reference = self._reference(definition, options)
+        except ReferenceFailed as failed:  # the dataset's fault: nothing to judge
+            return Outcome(skipped=str(failed))
         job = Job(
             definition,
             workload,
             definition.resolve_axes(workload.axes),
-            self._reference(definition),
+            reference,
             options,
             blob_root,
             bool(build.get("dps")),
         )
-        sets = SetMaker(self.arena, sandbox, job, self.device)
+        outcome = self._judged(SetMaker(self.arena, sandbox, job, self.device), solution)
+        try:
+            # Stopped until its definition's next job: nothing of it runs beside another
+            # definition's. A process it left running makes this job's verdict the dataset's.
+            reference.release()
+        except ReferenceFailed as failed:
+            return Outcome(skipped=str(failed))
+        return outcome
+
+    def _judged(self, sets: SetMaker, solution: Solution) -> Outcome:
+        """Correct before fast: the checks, then the timing and its checks (``timing_check``)."""
+        job = sets.job
+        definition, workload, options = job.definition, job.workload, job.options
         try:
             correctness = self._check(sets)
             performance = Performance(timing_mode="not_timed")
@@ -257,6 +278,8 @@ class Evaluator:
                     definition, solution, workload, Status.PASSED, log, correctness, performance
                 )
             )
+        except ReferenceFailed as failed:  # the dataset's fault, found first: not a verdict
+            return Outcome(skipped=str(failed))
         except InputsError as error:  # the definition's, not the solution's: nothing to judge
             return Outcome(skipped=f"inputs cannot be generated: {error}")
         except SolutionFailed as failure:
@@ -304,11 +327,8 @@ class Evaluator:
             )
         return sandbox.builds[key]
 
-    def _reference(self, definition: Definition) -> dict[str, Any]:
-        key = definition.content_hash()
-        if key not in self._references:
-            self._references[key] = load_reference(definition)
-        return self._references[key]
+    def _reference(self, definition: Definition, options: Options) -> Reference:
+        return self.references.get(definition, options.reference_timeout_s)
 
     # -- check ----------------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,6 +35,41 @@ class Options:
     # False: time with CUDA events only, never capturing a graph (the judge's retry of a solution
     # whose failed capture broke its process, or a user's choice).
     allow_graph: bool = True
+    # A request to a definition's reference (a set's outputs, its make_inputs, its timing) that
+    # runs longer fails the job as the dataset's (``references.ReferenceFailed``): below the
+    # job's own time limit, so that a hanging reference is never the solution's TIMEOUT.
+    reference_timeout_s: float = 60.0
+
+
+def within_job_time(options: Options, run_s: float) -> Options:
+    """``options`` with a reference's requests limited to half the job's time at most, so that a
+    hanging reference is reported as the dataset's before the job's limit makes it a TIMEOUT."""
+    return replace(options, reference_timeout_s=min(options.reference_timeout_s, run_s / 2))
+
+
+REFERENCES_UNCONFINED = (
+    "kernelarena: KERNELARENA_REFERENCE_SANDBOX=0: definitions' references and make_inputs run "
+    "in the judge, unconfined, with your rights, files and network"
+)
+
+
+def references_sandboxed() -> bool:
+    """Whether references run in sandboxes of their own (``evaluate.references``): unless
+    ``KERNELARENA_REFERENCE_SANDBOX=0`` (a diagnosis) or ``KERNELARENA_UNCONFINED=1`` (every wall
+    down) keeps them in the judge."""
+    return (
+        os.environ.get("KERNELARENA_REFERENCE_SANDBOX", "1") != "0"
+        and os.environ.get("KERNELARENA_UNCONFINED") != "1"
+    )
+
+
+def where_references_run() -> str:
+    """A line for ``kernelarena doctor``."""
+    if os.environ.get("KERNELARENA_UNCONFINED") == "1":
+        return "in the judge, unconfined (KERNELARENA_UNCONFINED=1)"
+    if not references_sandboxed():
+        return "in the judge, UNCONFINED (KERNELARENA_REFERENCE_SANDBOX=0)"
+    return "in a sandbox of their own, one per definition per judge, confined as a solution's"
 
 
 def make_trace(

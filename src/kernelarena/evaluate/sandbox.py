@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from kernelarena.evaluate.triton_warmth import may_use_triton, warm_triton
+
 REPLY_LIMIT = 1 << 20
 
 
@@ -55,7 +57,7 @@ class Sandbox:
         self.graph_sets: list[int] = []  # the sets the graph's calls rotate over
         self.graph_results: list[Any] = []  # a value-returning solution's results, one per set
         # The first sandbox of a judge warms Triton beside its first job's build and checks
-        # (``_warm_triton``), if that job's solution may use Triton, until a timed request.
+        # (``triton_warmth.warm_triton``), if that job's solution may use Triton, until a timed request.
         self.warm_pending = False
         self.warming: threading.Thread | None = None
         self.writable, self.confined = list(writable), confined
@@ -65,6 +67,7 @@ class Sandbox:
             # not fight the judge's own threads for a machine's few cores.
             torch.set_num_threads(1)
         self.caches = ""  # where they are and what confines them, for the build's reply
+        self.reference: Any = None  # a ``reference_serving.ReferenceServer``, if it serves one
 
     def serve(self) -> None:
         while True:
@@ -77,9 +80,9 @@ class Sandbox:
                 return
             if self.warm_pending and operation == "build":
                 self.warm_pending = False
-                if _may_use_triton(arguments[1]):
+                if may_use_triton(arguments[1]):
                     self.warming = threading.Thread(
-                        target=_warm_triton, name="warm-triton", daemon=True
+                        target=warm_triton, name="warm-triton", daemon=True
                     )
                     self.warming.start()
             if operation in _TIMED and self.warming is not None:
@@ -87,7 +90,10 @@ class Sandbox:
                 self.warming.join()
                 self.warming = None
             try:
-                reply = getattr(self, "_" + operation)(*arguments)
+                # A sandbox that serves a reference answers the reference's requests only.
+                served = self if self.reference is None else self.reference
+                prefix = "_" if self.reference is None else ""
+                reply = getattr(served, prefix + operation)(*arguments)
             except BaseException as error:  # SystemExit too: the solution's, not ours
                 reply = self._failure(error)
             self._send(reply)
@@ -130,6 +136,8 @@ class Sandbox:
         from kernelarena.compile import BuildError, DependencyMissing, build_solution
         from kernelarena.data import Definition, Solution
 
+        if self.reference is not None:
+            raise RuntimeError("this sandbox serves a definition's reference, not a solution")
         if namespace is not None and namespace != self.namespace:
             # Before any of the solution's code is built or imported.
             if self.namespace is not None:
@@ -151,6 +159,17 @@ class Sandbox:
         if self.caches:
             metadata["caches"] = self.caches
         return {"ok": True, "dps": self.runnable.destination_passing_style, "metadata": metadata}
+
+    def _reference(self, definition_json: dict[str, Any], threads: int) -> dict[str, Any]:
+        """Serve the definition's reference from now on, never a solution
+        (``reference_serving``)."""
+        from kernelarena.evaluate.reference_serving import serve_reference
+
+        if self.runnable is not None or self.namespace is not None or self.reference is not None:
+            raise RuntimeError("this sandbox already serves a solution or a reference")
+        self.namespace = "reference"
+        self.reference, reply = serve_reference(self, definition_json, threads)
+        return reply
 
     def _bind(
         self, new_buffers: dict[int, tuple[str, int, bool, bytes]], bindings: list[tuple[Any, ...]]
@@ -355,33 +374,6 @@ def _dynamo_frames() -> int:
     return int(counters["frames"]["total"])
 
 
-def _may_use_triton(solution_json: dict[str, Any]) -> bool:
-    """Whether a solution (as the build request carries it) may launch Triton kernels: written in
-    Triton, or naming Triton, torch.compile (Inductor writes Triton) or Liger in its sources or
-    dependencies. A miss costs only the warm-up's head start: the first call computes the key."""
-    spec = solution_json.get("spec") or {}
-    if str(spec.get("language", "")).lower() == "triton":
-        return True
-    words = ("triton", "compile", "liger")
-    texts = [str(d) for d in spec.get("dependencies") or []]
-    texts += [str(f.get("content", "")) for f in solution_json.get("sources") or []]
-    return any(word in text.lower() for text in texts for word in words)
-
-
-def _warm_triton() -> None:
-    """Triton's import (0.1-0.3 s) and its compile-cache key (a hash of its sources and libraries,
-    cached per process: 0.4-0.6 s on an H100 host), which the first call of every Triton kernel
-    waits for, warm cache or cold. Most solutions are Triton's: a spare sandbox, which starts ahead
-    of its solution, does both before it says it is ready; the first sandbox of a judge, which the
-    run's first job waits for, beside that job's build and checks (not its timings), and only for
-    a solution that may use Triton (``_may_use_triton``). Best effort: a failure resurfaces where
-    Triton is really used."""
-    with contextlib.suppress(Exception):
-        from triton.runtime.cache import triton_key
-
-        triton_key()
-
-
 def main(argv: list[str]) -> None:
     fd, device_name, first, writable = int(argv[0]), argv[1], argv[2] == "first", argv[3:]
     from kernelarena.evaluate.confine import confine_sandbox, die_with_parent
@@ -424,11 +416,11 @@ def serve(
     sandbox = Sandbox(conn, device, writable, confined="Landlock ABI" in confinement)
     if device.type != "cuda":
         with contextlib.suppress(ImportError):
-            import triton  # noqa: F401  (as _warm_triton says; the interpreter has no cache key)
+            import triton  # noqa: F401  (as warm_triton says; the interpreter has no cache key)
     elif first:
         sandbox.warm_pending = True
     else:
-        _warm_triton()
+        warm_triton()
     print(f"kernelarena sandbox on {device_name}: {confinement or 'not confined'}", flush=True)
     ready = {"ready": True, "confinement": confinement, "pid": os.getpid()}
     conn.send_bytes(json.dumps(ready).encode())

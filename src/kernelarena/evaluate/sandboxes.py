@@ -49,6 +49,7 @@ class Sandbox:
     ) -> None:
         self.device = device
         self.log_path = log_path
+        self.role = "solution"  # whose process it is, for the notes on its death
         self.key: str | None = None
         self.builds: dict[str, dict[str, Any]] = {}
         self.confinement = ""
@@ -67,7 +68,9 @@ class Sandbox:
             "kernelarena.evaluate.sandbox",
             str(child.fileno()),
             device,
-            "first" if first else "spare",  # the first is waited for at once (sandbox._warm_triton)
+            "first"
+            if first
+            else "spare",  # the first is waited for at once (triton_warmth.warm_triton)
             *writable,
         ]
         command, environment = isolation.walled(command, writable, tmp, self.walls)
@@ -129,14 +132,14 @@ class Sandbox:
         except ValueError:
             reply = None
         if not isinstance(reply, dict):
-            raise SandboxDied("the solution's process answered something that is not a reply")
+            raise SandboxDied(f"the {self.role}'s process answered something that is not a reply")
         return reply
 
     def _death_note(self) -> str:
         try:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            return "the solution's process stopped answering\n" + read_tail(str(self.log_path))
+            return f"the {self.role}'s process stopped answering\n" + read_tail(str(self.log_path))
         if code > 128 and self.walls.available:
             code = 128 - code  # bwrap's init exits with 128 + the signal that killed the sandbox
         if code < 0:
@@ -148,7 +151,7 @@ class Sandbox:
                 cause += " (a file it wrote, its output included, reached the sandbox's limit)"
         else:
             cause = f"exited with code {code}"
-        return f"the solution's process {cause} during its job\n" + read_tail(str(self.log_path))
+        return f"the {self.role}'s process {cause} during its job\n" + read_tail(str(self.log_path))
 
     def pause(self) -> None:
         """Stop it (and what it started) while the judge times the reference: a thread left
@@ -161,6 +164,14 @@ class Sandbox:
         for pid in [self.pid, *descendants(self.pid)]:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGCONT)
+
+    def stop_finding_strays(self) -> list[int]:
+        """``pause`` it, and return what ``strays`` would: one walk of its processes."""
+        found = descendants(self.pid)
+        for pid in [self.pid, *found]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        return [pid for pid in found if pid not in self._own]
 
     def strays(self) -> list[int]:
         """Processes the solution started that still run once its job is over."""
@@ -240,6 +251,14 @@ class Sandboxes:
         if self.current is not None and self.current.key == key and self.current.alive():
             return self.current
         self.retire()
+        sandbox = self.fresh()
+        sandbox.key = key
+        self.current = sandbox
+        return sandbox
+
+    def fresh(self) -> Sandbox:
+        """A started sandbox that serves nothing yet, for a solution or a definition's reference
+        (``reference_sandbox``): the oldest spare, or a new one. The caller owns it."""
         sandbox = self.spares.pop(0) if self.spares else self._spawn()
         try:
             sandbox.wait_ready(self.startup_timeout_s)
@@ -255,8 +274,6 @@ class Sandboxes:
         finally:
             while len(self.spares) < self.spare_count:
                 self.spares.append(self._spawn())
-        sandbox.key = key
-        self.current = sandbox
         return sandbox
 
     def settle(self, wait_s: float = 30.0) -> None:

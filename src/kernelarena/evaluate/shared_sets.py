@@ -16,8 +16,9 @@ import torch
 
 from kernelarena.data import Definition, Workload
 from kernelarena.evaluate.arena import Arena
-from kernelarena.evaluate.error_ratio import ErrorRatio, precise_inputs, ratios
+from kernelarena.evaluate.error_ratio import ErrorRatio, ratios
 from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.references import Reference
 from kernelarena.evaluate.sandboxes import Sandbox
 from kernelarena.evaluate.verdicts import check_returned, expect_success
 from kernelarena.runtime.compare import Comparison, compare, first_changed_input
@@ -26,7 +27,6 @@ from kernelarena.runtime.inputs import (
     Distribution,
     Value,
     allocate_outputs,
-    generate_inputs,
     poison,
 )
 
@@ -41,7 +41,7 @@ class Job:
     definition: Definition
     workload: Workload
     axes: dict[str, int]
-    reference: dict[str, Any]
+    reference: Reference  # where the definition's reference runs (``references``)
     options: Options
     blob_root: Path | None
     destination_passing_style: bool
@@ -80,17 +80,7 @@ class SetMaker:
         arena.hand_to(sandbox)  # another sandbox than the last gets buffers of its own
 
     def draw(self, seed: int, distribution: Distribution = STANDARD) -> dict[str, Value]:
-        job = self.job
-        return generate_inputs(
-            job.definition,
-            job.workload,
-            job.axes,
-            self.device,
-            seed,
-            job.reference.get("make_inputs"),
-            job.blob_root,
-            distribution,
-        )
+        return self.job.reference.draw(self.job, self.device, seed, distribution)
 
     def make(
         self, seed: int, keep_private: bool = False, distribution: Distribution = STANDARD
@@ -182,11 +172,7 @@ class SetMaker:
         low_precision = any(
             spec.dtype.is_low_precision_float for spec in definition.inputs.values()
         )
-        if (
-            self.job.reference.get("make_inputs") is not None
-            or low_precision
-            or in_place(definition)
-        ):
+        if self.job.reference.shapes_inputs or low_precision or in_place(definition):
             self.refill(shared, seed, keep_private=True)
             return
         fresh = self.draw(seed)
@@ -241,32 +227,11 @@ class SetMaker:
         (``error_ratio.precise_inputs``), kept with the set until a refill; empty where the
         reference cannot run so (written for its dtypes only) or the inputs would be too large."""
         if shared.precise is None:
-            shared.precise = self._run_precise(shared)
+            given = shared.private if shared.private is not None else self.pristine(shared)
+            _, shared.precise = self.job.reference.outputs(
+                self.job, given, expected=False, precise=True
+            )
         return shared.precise
-
-    def _run_precise(self, shared: SharedSet) -> dict[str, torch.Tensor]:
-        definition = self.job.definition
-        given = shared.private if shared.private is not None else self.pristine(shared)
-        upcast = precise_inputs(definition, given)
-        if upcast is None:
-            return {}
-        arguments = [
-            v.clone() if isinstance(v, torch.Tensor) else v
-            for v in (upcast[n] for n in definition.inputs)
-        ]
-        try:
-            with torch.no_grad():
-                result = self.job.reference["run"](*arguments)
-        except Exception:  # a reference written for its dtypes only: not measured
-            return {}
-        values = list(result) if isinstance(result, tuple | list) else [result]
-        if len(values) != len(definition.outputs):
-            return {}
-        return {
-            n: v
-            for n, v in zip(definition.outputs, values, strict=True)
-            if isinstance(v, torch.Tensor)
-        }
 
     def poison(self, shared: SharedSet) -> None:
         for name, tensor in shared.outputs.items():
@@ -312,30 +277,17 @@ class SetMaker:
         return produced
 
     def expected(self, shared: SharedSet) -> dict[str, torch.Tensor]:
-        """The reference's outputs for the inputs the set holds, run here on a copy of the judge's
+        """The reference's outputs for the inputs the set holds, run on a copy of the judge's
         private inputs (a fresh draw of its seed where it keeps none); kept with the set until
-        a refill changes them."""
+        a refill changes them. A set that keeps its inputs is a trial's, whose error ratio
+        needs the float64 run too: both come in one request."""
         if shared.expected is None:
-            shared.expected = self._run_reference(shared)
+            given = shared.private if shared.private is not None else self.pristine(shared)
+            both = shared.private is not None and shared.precise is None
+            shared.expected, precise = self.job.reference.outputs(self.job, given, precise=both)
+            if both:
+                shared.precise = precise
         return shared.expected
-
-    def _run_reference(self, shared: SharedSet) -> dict[str, torch.Tensor]:
-        definition = self.job.definition
-        private = shared.private if shared.private is not None else self.pristine(shared)
-        copies = [
-            v.clone() if isinstance(v, torch.Tensor) else v
-            for v in (private[n] for n in definition.inputs)
-        ]
-        with torch.no_grad():
-            result = self.job.reference["run"](*copies)
-        values = list(result) if isinstance(result, tuple | list) else [result]
-        names = list(definition.outputs)
-        if len(values) != len(names) or not all(isinstance(v, torch.Tensor) for v in values):
-            raise RuntimeError(
-                f"the definition's reference is broken: it returned {len(values)} values for "
-                f"outputs {names}"
-            )
-        return dict(zip(names, values, strict=True))
 
     def compare_all(
         self,
@@ -365,9 +317,9 @@ class SetMaker:
     ) -> Comparison:
         """An output the reference's does not match, passed where it matches the reference
         computed in float64 within the same tolerance: a solution more accurate than the reference
-        is not wrong. Seen on an H100: an fp16 GEMM at K=14336 whose reference (cuBLAS, with its
-        reduced-precision split-K reductions) sat 4 units in the last place from three
-        published solutions that agreed with each other exactly."""
+        is not wrong. Seen on an H100: the fp16 reference (cuBLAS) of a GEMM at K=14336 sat a few
+        units in the last place from three published solutions that agreed with each other
+        exactly."""
         truth = precise.get(failed.name)
         if truth is None:
             return failed

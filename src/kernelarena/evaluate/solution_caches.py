@@ -14,6 +14,7 @@ trusted ``compile.cache.cache_root()``, which no sandbox can write.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -48,6 +49,28 @@ def enter(namespace: str, writable: Iterable[str], confined: bool) -> str:
     # The judge's bytecode folder stays where it is (its default follows HOME): read, never written.
     os.environ.setdefault("KERNELARENA_BYTECODE_CACHE", str(bytecode_folder()))
     for path in environment.values():  # the folder itself is KERNELARENA_CACHE
+        Path(path).mkdir(parents=True, exist_ok=True)
+    os.environ.update(environment)
+    if not confined:
+        return f"caches in {folder} (writes not confined)"
+    others = [w for w in writable if Path(w) != root]
+    return f"caches in {folder}; " + confine_writes([str(folder), *others])
+
+
+def enter_private(writable: Iterable[str], confined: bool) -> str:
+    """A definition's reference: its caches in this sandbox's own temporary folder (``TMPDIR``,
+    removed with the run) and, when ``confined``, its writes confined to that folder and the
+    other ``writable`` folders but the sandboxes' caches, so that it writes nothing a solution's
+    sandbox loads. Returns what holds, for the log."""
+    from kernelarena.evaluate.bytecode import bytecode_folder
+    from kernelarena.evaluate.confine import confine_writes
+
+    root = sandbox_caches_root()  # before KERNELARENA_CACHE points elsewhere
+    # TMPDIR itself: a forked sandbox sets it after the fork, where tempfile's may be cached.
+    folder = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "caches"
+    environment = cache_environment(folder)
+    os.environ.setdefault("KERNELARENA_BYTECODE_CACHE", str(bytecode_folder()))
+    for path in environment.values():
         Path(path).mkdir(parents=True, exist_ok=True)
     os.environ.update(environment)
     if not confined:

@@ -11,7 +11,7 @@ complete the moment the pass returns (work left on another stream shows as poiso
 sets must match the reference (results cached by address, or kept where an output already held a
 value, fail). For graph timing the same check follows one replay of the timed graph. ``crosscheck``
 then decides whether the reported samples can be true, with a second look before a rejection. The
-reference is timed here, in the judge, with the sandbox stopped.
+reference is timed where it runs (its own sandbox: ``references``), the solution's stopped.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from kernelarena.evaluate.crosscheck import (
     physics_floor_ms,
     reported_timing,
 )
-from kernelarena.evaluate.graph_timing import graph_calls, sets_filling_l2, time_cuda_graph
+from kernelarena.evaluate.graph_timing import graph_calls, sets_filling_l2
 from kernelarena.evaluate.judge_clock import (
     agreed_clock,
     eager_second_look,
@@ -40,7 +40,7 @@ from kernelarena.evaluate.pass_check import after_pass, before_pass, check_reply
 from kernelarena.evaluate.sandboxes import with_sandbox_paused
 from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet, in_place
 from kernelarena.evaluate.stage_clock import phase, staged
-from kernelarena.evaluate.timing import Timing, time_events_or_clock
+from kernelarena.evaluate.timing import Timing
 from kernelarena.evaluate.verdicts import (
     CheckFailed,
     expect_success,
@@ -51,12 +51,6 @@ from kernelarena.runtime.inputs import seed_for
 if TYPE_CHECKING:
     from kernelarena.evaluate.evaluator import Evaluator
 
-# The reference is timed only for the speedup column: its graph replays stop after this long (at
-# least 5 replays of 20+ calls), its per-call events after this long (at least the options'
-# minimum of calls). A float32 reference of a large workload takes 10x the solution's time, and
-# all 30 replays of it were a third of a whole run's evaluation time.
-REFERENCE_GRAPH_BUDGET_MS = 20.0
-REFERENCE_EVENTS_BUDGET_MS = 20.0
 # Sets whose outputs are compared in full after the eager pass; the others are checked for poison.
 SAMPLED_SETS = 4
 # The same after the one replay of the timed graph (each compared set costs a reference run).
@@ -309,31 +303,8 @@ def evaluator_performance(
 
 @staged("reference_timing")
 def time_reference(sets: SetMaker, graph: bool, count: int) -> Timing:
-    """The reference, timed in the judge the way its solution was (graph over ``count`` rotated
-    sets, or events)."""
-    job, device = sets.job, sets.device
-    run = job.reference["run"]
-    draws = [sets.draw(seed_for(job.workload, f"timing{i}")) for i in range(2)]
-    arguments = [[d[n] for n in job.definition.inputs] for d in draws]
-    options = job.options
-    with torch.no_grad():
-        if graph:
-            draws += [sets.draw(seed_for(job.workload, f"timing{i}")) for i in range(2, count)]
-            arguments = [[d[n] for n in job.definition.inputs] for d in draws]
-            try:
-                return time_cuda_graph(
-                    lambda i: run(*arguments[i % count]),
-                    device,
-                    calls_per_graph=graph_calls(count),
-                    budget_ms=REFERENCE_GRAPH_BUDGET_MS,
-                )
-            except Exception:  # a reference that cannot be captured: events below
-                torch.cuda.synchronize(device)
-        return time_events_or_clock(
-            lambda i: run(*arguments[i % 2]),
-            device,
-            warmup=options.warmup,
-            max_iterations=options.max_iterations,
-            min_iterations=options.min_iterations,
-            budget_ms=min(options.budget_ms, REFERENCE_EVENTS_BUDGET_MS),
-        )
+    """The reference timed the way its solution was (graph over ``count`` rotated sets, or
+    events over two), where it runs (``references``)."""
+    job = sets.job
+    draws = [sets.draw(seed_for(job.workload, f"timing{i}")) for i in range(count if graph else 2)]
+    return job.reference.time(job, sets.device, draws, graph)

@@ -15,6 +15,7 @@ import hashlib
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,38 @@ def generate_inputs(
     blob_root: Path | None = None,
     distribution: Distribution = STANDARD,
 ) -> dict[str, Value]:
+    drawn = plain_inputs(definition, workload, axes, device, seed, blob_root, distribution)
+    if make_inputs is None:
+        check_value_constraints(definition, axes, drawn.inputs, drawn.origins)
+        return drawn.inputs
+    inputs = dict(
+        make_inputs(dict(axes), drawn.inputs, dict(workload.params or {}), drawn.generator, device)
+    )
+    check_value_constraints(definition, axes, inputs, shaped_origins(drawn.origins, inputs))
+    return inputs
+
+
+@dataclass
+class PlainInputs:
+    """A draw before the reference's ``make_inputs`` shapes it: the values, where each came from,
+    and the generator in the state ``make_inputs`` continues from."""
+
+    inputs: dict[str, Value]
+    origins: dict[str, str]
+    generator: torch.Generator
+
+
+def plain_inputs(
+    definition: Definition,
+    workload: Workload,
+    axes: dict[str, int],
+    device: torch.device,
+    seed: int,
+    blob_root: Path | None = None,
+    distribution: Distribution = STANDARD,
+) -> PlainInputs:
+    """Every input drawn, generated or loaded, before ``make_inputs`` and the constraints' check
+    (``generate_inputs`` does both; the judge runs ``make_inputs`` in the reference's sandbox)."""
     generator = make_generator(device, seed)
     inputs: dict[str, Value] = {}
     origins: dict[str, str] = {}
@@ -127,13 +160,12 @@ def generate_inputs(
         if origins[name] == "random" and definition.value_plan.generated(name):
             inputs[name] = _constrained_tensor(definition, name, axes, generator, device)
             origins[name] = "generated to meet the constraints"
-    if make_inputs is not None:
-        inputs = dict(
-            make_inputs(dict(axes), inputs, dict(workload.params or {}), generator, device)
-        )
-        origins = {n: f"{origins.get(n, 'random')}, then make_inputs" for n in inputs}
-    check_value_constraints(definition, axes, inputs, origins)
-    return inputs
+    return PlainInputs(inputs, origins, generator)
+
+
+def shaped_origins(origins: dict[str, str], inputs: dict[str, Value]) -> dict[str, str]:
+    """Where each input of a set ``make_inputs`` returned came from, for ``InputsError``."""
+    return {n: f"{origins.get(n, 'random')}, then make_inputs" for n in inputs}
 
 
 def _redistribute(

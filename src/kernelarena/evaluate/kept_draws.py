@@ -1,0 +1,92 @@
+"""Draws of a workload's inputs kept by (workload, seed, distribution), with the reference's
+outputs for them, so that the same draw costs its reference's sandbox one request per run.
+
+A draw is a pure function of its workload, seed and distribution, and every job of a workload
+draws the same seeds: its trials, its timed sets, a set without a private copy drawn again for
+each check of it. Each solution of a definition would otherwise ask the reference's sandbox to
+shape and to compute the same draws again. The judge only reads a kept draw's tensors and the
+outputs kept with it; outputs are found by the very tensor objects of a kept draw, so a set whose
+inputs were changed (a partial refill copies what it changes) is never taken for one.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from kernelarena.runtime.inputs import Distribution, Value
+
+DrawKey = tuple[str, int, Distribution]  # workload uuid, seed, distribution
+
+
+@dataclass
+class _Kept:
+    inputs: dict[str, Value]
+    size: int
+    # The reference's outputs in the definition's dtypes (False) and in float64 (True).
+    outputs: dict[bool, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
+def _nbytes(values: dict[str, Value] | dict[str, torch.Tensor]) -> int:
+    return sum(v.numel() * v.element_size() for v in values.values() if isinstance(v, torch.Tensor))
+
+
+class KeptDraws:
+    """At most ``budget`` bytes of draws and their outputs; the least recently used go first."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._kept: OrderedDict[DrawKey, _Kept] = OrderedDict()
+        self._by_tensor: dict[int, DrawKey] = {}  # id of a kept draw's first tensor -> its key
+
+    def get(self, key: DrawKey) -> dict[str, Value] | None:
+        kept = self._kept.get(key)
+        if kept is None:
+            return None
+        self._kept.move_to_end(key)
+        return dict(kept.inputs)
+
+    def put(self, key: DrawKey, inputs: dict[str, Value]) -> None:
+        size = _nbytes(inputs)
+        first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
+        if size > self.budget or first is None:
+            return
+        self._kept[key] = _Kept(inputs, size)
+        self._by_tensor[id(first)] = key
+        self._trim()
+
+    def outputs(self, inputs: dict[str, Value], precise: bool) -> dict[str, torch.Tensor] | None:
+        """The outputs kept for ``inputs`` (in float64 where ``precise``), if they are a kept
+        draw's very tensors."""
+        kept = self._find(inputs)
+        return None if kept is None else kept.outputs.get(precise)
+
+    def keep_outputs(
+        self, inputs: dict[str, Value], precise: bool, outputs: dict[str, torch.Tensor]
+    ) -> None:
+        kept = self._find(inputs)
+        if kept is not None and precise not in kept.outputs:
+            kept.outputs[precise] = outputs
+            kept.size += _nbytes(outputs)
+            self._trim()
+
+    def _find(self, inputs: dict[str, Value]) -> _Kept | None:
+        first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
+        key = self._by_tensor.get(id(first)) if first is not None else None
+        kept = self._kept.get(key) if key is not None else None
+        if kept is None or kept.inputs.keys() != inputs.keys():
+            return None
+        for name, value in kept.inputs.items():
+            given = inputs[name]
+            same = given is value if isinstance(value, torch.Tensor) else given == value
+            if not same:
+                return None
+        return kept
+
+    def _trim(self) -> None:
+        while self._kept and sum(k.size for k in self._kept.values()) > self.budget:
+            _, kept = self._kept.popitem(last=False)
+            first = next(v for v in kept.inputs.values() if isinstance(v, torch.Tensor))
+            self._by_tensor.pop(id(first), None)

@@ -1,0 +1,231 @@
+"""A definition's reference in its own sandbox gives what it gave in the judge, bit for bit: the
+drawn inputs (``make_inputs`` included: strided rows, permuted layouts, FP4 codes and scales),
+the expected outputs, the float64 run; and a result of another dtype or layout than the judge
+expects reaches it unchanged (``reference_sandbox``: described, then delivered to measure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelarena.data import AxisVar, Definition, RandomInput, TensorSpec, Workload
+from kernelarena.evaluate.crosscheck import EVENT_MODES
+from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.reference_sandbox import SandboxedReference
+from kernelarena.evaluate.references import InJudgeReference, Reference
+from kernelarena.evaluate.sandboxes import Sandboxes
+from kernelarena.evaluate.shared_sets import Job
+from kernelarena.library import load_library
+
+# Library definitions whose make_inputs shape their inputs, with the params that do it.
+SHAPED = [
+    ("rmsnorm_bf16", "row_stride"),
+    ("attention_prefill_bf16", "layout"),
+    ("attention_decode_bf16", "seq_lens"),
+    ("fused_add_rmsnorm_inplace_fp32", "x_scale"),
+    ("nvfp4_gemv", "generator"),
+    ("scale_fp32", None),
+]
+
+
+@pytest.fixture(scope="module")
+def sandboxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandboxes]:
+    made = Sandboxes("cpu", tmp_path_factory.mktemp("sandboxes"), [])
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _job(definition: Definition, workload: Workload, reference: Reference) -> Job:
+    axes = definition.resolve_axes(workload.axes)
+    return Job(definition, workload, axes, reference, Options(), None, True)
+
+
+def _workload(name: str, param: str | None) -> Workload:
+    workloads = load_library().workloads[name]
+    if param is None:
+        return next(w for w in workloads if "smoke" in (w.tags or []))
+    return next(w for w in workloads if param in (w.params or {}) and "large" not in w.tags)
+
+
+def _same(left: object, right: object, what: str) -> None:
+    if isinstance(left, torch.Tensor):
+        assert isinstance(right, torch.Tensor), what
+        assert (left.dtype, left.shape) == (right.dtype, right.shape), what
+        bits = [t.contiguous().view(torch.uint8) for t in (left, right)]
+        assert torch.equal(*bits), what
+    else:
+        assert left == right, what
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("name", "param"), SHAPED)
+def test_the_sandboxed_reference_gives_what_the_judge_computed(
+    sandboxes: Sandboxes, name: str, param: str | None
+) -> None:
+    _compare(sandboxes, name, param, torch.device("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("name", "param"), SHAPED)
+def test_the_sandboxed_reference_gives_what_the_judge_computed_on_gpu(
+    tmp_path: Path, name: str, param: str | None
+) -> None:
+    """The same on a GPU: the sandbox a spare, the arena CUDA memory passed by descriptor, the
+    reference timed there (graphs and events)."""
+    sandboxes = Sandboxes("cuda:0", tmp_path, [])
+    try:
+        there = _compare(sandboxes, name, param, torch.device("cuda:0"))
+    finally:
+        sandboxes.close()
+    assert there.box is None
+
+
+def _compare(
+    sandboxes: Sandboxes, name: str, param: str | None, device: torch.device
+) -> SandboxedReference:
+    definition = load_library().definitions[name]
+    workload = _workload(name, param)
+    here = InJudgeReference(definition)
+    there = SandboxedReference(definition, device, sandboxes)
+    try:
+        there.ready(60.0)
+        assert there.shapes_inputs == here.shapes_inputs
+        assert "Landlock" in there.confinement or "not confined" in there.confinement
+        for seed, distribution in ((1, (1.0, 0.0)), (2, (0.125, 0.125)), (1, (1.0, 0.0))):
+            drawn_here = here.draw(_job(definition, workload, here), device, seed, distribution)
+            job = _job(definition, workload, there)
+            drawn = there.draw(job, device, seed, distribution)
+            assert list(drawn) == list(drawn_here)
+            for key in drawn:
+                _same(drawn[key], drawn_here[key], f"{name} input {key}")
+                if isinstance(drawn[key], torch.Tensor):
+                    assert drawn[key].stride() == drawn_here[key].clone().stride(), key
+            expected, precise = there.outputs(job, drawn, precise=True)
+            expected_here, precise_here = here.outputs(job, drawn_here, precise=True)
+            assert list(expected) == list(definition.outputs)
+            assert list(precise) == list(precise_here)
+            for key in expected:
+                _same(expected[key], expected_here[key], f"{name} output {key}")
+            for key in precise:
+                _same(precise[key], precise_here[key], f"{name} float64 output {key}")
+        job = _job(definition, workload, there)
+        draws = [there.draw(job, device, seed, (1.0, 0.0)) for seed in (5, 6, 7)]
+        for graph in (False, True) if device.type == "cuda" else (False,):
+            timing = there.time(job, device, draws, graph)
+            assert timing.median_ms > 0 and timing.count > 0
+            modes = {"cpu_clock"} if device.type == "cpu" else EVENT_MODES | {"cuda_graph"}
+            assert timing.mode in modes, timing.mode
+    finally:
+        there.close()
+    return there
+
+
+# A reference that returns float32 for a bfloat16 output, a transposed view, and whose float64
+# run returns float32: each must reach the judge as it was, not cast to what was expected.
+ODD_RESULTS = Definition(
+    name="odd_results",
+    op_type="test",
+    axes={"rows": AxisVar(), "cols": AxisVar()},
+    inputs={"x": TensorSpec(shape=["rows", "cols"], dtype="bfloat16")},
+    outputs={
+        "widened": TensorSpec(shape=["rows", "cols"], dtype="bfloat16"),
+        "turned": TensorSpec(shape=["cols", "rows"], dtype="bfloat16"),
+    },
+    reference=(
+        "import torch\n\n\ndef run(x):\n"
+        "    return x.float() * 3, (x * 2).t()\n\n\n"
+        "def make_inputs(axes, inputs, params, generator, device):\n"
+        "    wide = torch.randn(axes['cols'], axes['rows'], generator=generator)\n"
+        "    inputs['x'] = wide.to(torch.bfloat16).t()\n"
+        "    return inputs\n"
+    ),
+)
+
+
+@pytest.mark.timeout(600)
+def test_results_of_other_dtypes_and_layouts_arrive_as_they_were(sandboxes: Sandboxes) -> None:
+    workload = Workload(uuid="odd", axes={"rows": 5, "cols": 3}, inputs={"x": RandomInput()})
+    device = torch.device("cpu")
+    here = InJudgeReference(ODD_RESULTS)
+    there = SandboxedReference(ODD_RESULTS, device, sandboxes)
+    try:
+        there.ready(60.0)
+        for seed in (3, 4):  # the second draw finds the layouts the first one taught
+            job = _job(ODD_RESULTS, workload, there)
+            drawn = there.draw(job, device, seed, (1.0, 0.0))
+            drawn_here = here.draw(_job(ODD_RESULTS, workload, here), device, seed, (1.0, 0.0))
+            assert drawn["x"].stride() == (1, 5) == drawn_here["x"].stride()
+            _same(drawn["x"], drawn_here["x"], "x")
+            expected, precise = there.outputs(job, drawn, precise=True)
+            assert expected["widened"].dtype == torch.float32
+            _same(expected["widened"], drawn_here["x"].float() * 3, "widened")
+            _same(expected["turned"], (drawn_here["x"] * 2).t(), "turned")
+            assert precise["widened"].dtype == torch.float32
+            assert precise["turned"].dtype == torch.float64
+    finally:
+        there.close()
+
+
+def test_the_sandboxed_reference_runs_with_the_judge_s_threads(tmp_path: Path) -> None:
+    """A CPU reduction's rounding follows the thread count: the reference's sandbox takes the
+    judge's, where a solution's sandbox runs with one."""
+    definition = Definition(
+        name="threads",
+        op_type="test",
+        axes={"n": AxisVar()},
+        inputs={"x": TensorSpec(shape=["n"], dtype="float32")},
+        outputs={"count": TensorSpec(shape=None, dtype="int64")},
+        reference="import torch\n\n\ndef run(x):\n    return torch.tensor(torch.get_num_threads())\n",
+    )
+    workload = Workload(uuid="t", axes={"n": 4}, inputs={"x": RandomInput()})
+    sandboxes = Sandboxes("cpu", tmp_path, [])
+    there = SandboxedReference(definition, torch.device("cpu"), sandboxes)
+    try:
+        there.ready(60.0)
+        job = _job(definition, workload, there)
+        expected, _ = there.outputs(job, there.draw(job, torch.device("cpu"), 1, (1.0, 0.0)))
+        assert int(expected["count"]) == torch.get_num_threads()
+    finally:
+        there.close()
+        sandboxes.close()
+
+
+def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandboxes) -> None:
+    """Every job of a workload draws the same seeds: the second solution's draws and expected
+    outputs come from what the first one's asked; a set with a changed input (a partial refill
+    copies what it changes) is never taken for the kept draw."""
+    definition = load_library().definitions["rmsnorm_bf16"]
+    workload = _workload("rmsnorm_bf16", "row_stride")
+    device = torch.device("cpu")
+    there = SandboxedReference(definition, device, sandboxes)
+    asked: list[str] = []
+    send = there._send
+
+    def counted(operation: str, *rest: object) -> dict[str, object]:
+        if operation != "deliver_held":  # a result of a layout not seen yet: delivered after
+            asked.append(operation)
+        return send(operation, *rest)
+
+    there._send = counted  # type: ignore[method-assign]
+    try:
+        there.ready(60.0)
+        job = _job(definition, workload, there)
+        drawn = there.draw(job, device, 1, (1.0, 0.0))
+        expected, precise = there.outputs(job, drawn, precise=True)
+        assert asked == ["make_inputs", "expect"]
+        again = there.draw(job, device, 1, (1.0, 0.0))  # the next solution's job
+        assert there.outputs(job, again, precise=True) == (expected, precise)
+        assert asked == ["make_inputs", "expect"]
+        changed = dict(again, x=again["x"].clone())
+        changed["x"].view(-1)[0] += 1
+        other, _ = there.outputs(job, changed)
+        assert asked == ["make_inputs", "expect", "expect"]
+        assert not torch.equal(other["out"], expected["out"])
+    finally:
+        there.close()
