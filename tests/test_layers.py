@@ -25,10 +25,8 @@ LAYERS: list[list[set[str]]] = [
     [{"cli", "__main__"}],
 ]
 
-# evaluate/ still holds one circle (evaluator, judge_clock, pass_check, sandboxes, shared_sets,
-# timing_check, worker); it goes when evaluate/ is reshaped into protocol, judge/, sandbox/ and
-# executors/ (issue 38).
-CIRCLES_ALLOWED_IN = {"evaluate"}
+# No package holds a circle any more (evaluate/ held the last, through the worker's helpers).
+CIRCLES_ALLOWED_IN: set[str] = set()
 
 
 def module_names() -> dict[str, Path]:

@@ -311,7 +311,7 @@ class BuildPool:
 
     def _build(self, request: _Request) -> BuildOutcome:
         """One build in a confined process; its reply (a claim, like a sandbox's) read as data."""
-        from kernelarena.evaluate.worker import read_tail
+        from kernelarena.evaluate.process_output import read_tail
 
         started = time.monotonic()
         folder = Path(tempfile.mkdtemp(dir=self.folder, prefix="build-"))

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from kernelarena.evaluate.bytecode import with_bytecode
 from kernelarena.evaluate.jobs import JobResult, Timeouts, take_job
 from kernelarena.evaluate.leftovers import mark_owner, sweep
-from kernelarena.evaluate.worker import read_tail
+from kernelarena.evaluate.process_output import read_tail
 from kernelarena.evaluate.worker_process import WorkerProcess, answered, death_note, said_closed
 
 if TYPE_CHECKING:

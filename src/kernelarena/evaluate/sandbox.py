@@ -377,7 +377,7 @@ def _dynamo_frames() -> int:
 def main(argv: list[str]) -> None:
     fd, device_name, first, writable = int(argv[0]), argv[1], argv[2] == "first", argv[3:]
     from kernelarena.evaluate.confine import confine_sandbox, die_with_parent
-    from kernelarena.evaluate.worker import line_buffered_output, make_cuda_context
+    from kernelarena.evaluate.process_output import line_buffered_output, make_cuda_context
 
     line_buffered_output()  # the judge made descriptors 1 and 2 this sandbox's log
     die_with_parent()

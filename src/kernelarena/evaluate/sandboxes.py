@@ -27,7 +27,7 @@ from kernelarena.evaluate import isolation
 from kernelarena.evaluate.confine import descendants, kill_all
 from kernelarena.evaluate.descriptors import send_fds
 from kernelarena.evaluate.forked import ForkedProcess, Zygote, ZygoteFailed
-from kernelarena.evaluate.worker import read_tail
+from kernelarena.evaluate.process_output import read_tail
 from kernelarena.evaluate.zygote import FORK_FAILED
 
 REPLY_LIMIT = 1 << 20

@@ -22,10 +22,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelarena.evaluate.process_output import (
+    LOG_TAIL,
+    make_cuda_context,
+    read_tail,
+    redirect_output,
+)
+
 if TYPE_CHECKING:
     from kernelarena.evaluate.evaluator import Evaluator
-
-LOG_TAIL = 6000
 
 
 def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceilings: bool) -> None:
@@ -177,24 +182,6 @@ def _evaluate(
     return result
 
 
-def make_cuda_context(device_name: str) -> None:
-    """The device's CUDA context, made while the main thread imports torch (1.1-2.9 s on an H200
-    machine; the driver's initialisation releases the GIL): torch then finds the primary context
-    made (0.13-0.16 s otherwise, after the import). Best effort: a failure here leaves the work to
-    torch, which reports it. (Triton's compile-cache key is warmed where Triton runs: in the
-    sandboxes.)"""
-    try:
-        import ctypes
-
-        driver = ctypes.CDLL("libcuda.so.1")
-        index = int(device_name.partition(":")[2] or 0)
-        device, context = ctypes.c_int(), ctypes.c_void_p()
-        if driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(device), index) == 0:
-            driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
-    except Exception:  # no driver library here: torch says so itself
-        pass
-
-
 class _Phases:
     """Seconds spent in each start-up phase, in order."""
 
@@ -262,24 +249,6 @@ def _sandbox_writable() -> list[str]:
     return [str(root), "/dev"]
 
 
-def redirect_output(log_path: str) -> None:
-    """Point file descriptors 1 and 2 at the log, so output from C and CUDA code is kept too."""
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    line_buffered_output()
-
-
-def line_buffered_output() -> None:
-    """Python's output on descriptors 1 and 2, a line at a time, so a crash loses none of it."""
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-
-
 def _log_size(path: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -298,18 +267,6 @@ def _read_from(path: str, offset: int) -> str:
 def main(argv: list[str]) -> None:
     fd, device, log_path = int(argv[0]), argv[1], argv[2]
     worker_main(Connection(fd), device, log_path, measure_ceilings="--no-ceilings" not in argv)
-
-
-def read_tail(path: str, limit: int = LOG_TAIL, since: int = 0) -> str:
-    """At most the last ``limit`` bytes of the file at ``path`` from offset ``since`` on: never
-    more, however much a sandbox wrote."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(since, size - limit))
-            return handle.read(limit).decode("utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 if __name__ == "__main__":

@@ -152,7 +152,7 @@ def _reap_ended(forks: set[int], watched: set[int]) -> None:
 
 def main(argv: list[str]) -> None:
     control_fd, device_name = int(argv[0]), argv[1]
-    from kernelarena.evaluate.worker import line_buffered_output
+    from kernelarena.evaluate.process_output import line_buffered_output
 
     line_buffered_output()
     die_with_parent()
