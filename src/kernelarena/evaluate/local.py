@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from kernelarena.evaluate.bytecode import with_bytecode
 from kernelarena.evaluate.jobs import JobResult, Timeouts, take_job
 from kernelarena.evaluate.leftovers import mark_owner, sweep
+from kernelarena.evaluate.messages import Message
 from kernelarena.evaluate.process_output import read_tail
 from kernelarena.evaluate.worker_process import WorkerProcess, answered, death_note, said_closed
 
@@ -118,7 +119,7 @@ class LocalExecutor:
         self._pending = []
         for worker in self._workers:
             with contextlib.suppress(OSError, BrokenPipeError):
-                worker.conn.send(("stop",))
+                worker.conn.send((Message.STOP,))
         for worker in self._workers:
             if said_closed(worker.conn, worker.process, timeout=10):
                 # Its sandboxes are gone and its log is flushed; what is left is the kernel's
@@ -187,7 +188,7 @@ class LocalExecutor:
             raise RuntimeError(
                 f"worker for {worker.device} died while starting:\n{read_tail(worker.log_path)}"
             ) from None
-        assert kind == "ready"
+        assert kind == Message.READY
         worker.environment = environment
         # Both clocks are this host's wall clock: the interpreter's start and the whole start-up.
         worker.startup = {
@@ -303,7 +304,7 @@ class LocalExecutor:
         worker.solution = job.solution.name
         worker.stage = "building"
         worker.deadline = time.monotonic() + self.timeouts.build_s
-        worker.conn.send(("job", job.id, job.payload()))
+        worker.conn.send((Message.JOB, job.id, job.payload()))
 
     def _service(
         self, worker: _Worker, ready: list[Any], on_result: Callable[[Job, JobResult], None]
@@ -317,10 +318,10 @@ class LocalExecutor:
             try:
                 while worker.conn.poll():
                     message = worker.conn.recv()
-                    if message[0] == "stage":
+                    if message[0] == Message.STAGE:
                         worker.stage = message[2]
                         worker.deadline = time.monotonic() + self.timeouts.run_s
-                    elif message[0] == "result":
+                    elif message[0] == Message.RESULT:
                         self._received(worker, job, message[2], on_result)
                         return
             except (EOFError, OSError):

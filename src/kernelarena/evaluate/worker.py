@@ -1,10 +1,11 @@
 """The worker process: the judge of one device. It never imports solution code.
 
 One persistent worker per device. The parent sends jobs over a pipe as JSON-ready dicts; the worker
-answers ``("stage", id, "running")`` once the solution is built (so the parent's run timeout starts
-after compilation) and ``("result", id, outcome)`` when done. Solutions run in sandbox processes the
-worker starts (``sandboxes``), one per solution; what they print, and what a crash prints from C code,
-goes to their log files, and each trace gets the part written during its job. The worker is
+answers ``(STAGE, id, "running")`` once the solution is built (so the parent's run timeout starts
+after compilation) and ``(RESULT, id, outcome)`` when done (the tags: ``messages``). Solutions run
+in sandbox processes the worker starts (``sandboxes``), one per solution; what they print, and what
+a crash prints from C code, goes to their log files, and each trace gets the part written during
+its job. The worker is
 undumpable and a child subreaper (``confine.guard_judge``).
 """
 
@@ -22,6 +23,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelarena.evaluate.messages import Message
 from kernelarena.evaluate.process_output import (
     LOG_TAIL,
     make_cuda_context,
@@ -40,7 +42,7 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
     evaluator, environment, phases_s = _start_judge(device_name, log_path, measure_ceilings)
     startup = {"phases_s": phases_s, "entered_at": entered, "ready_at": time.time()}
     print(f"kernelarena worker on {device_name} ready: {describe_startup(startup)}", flush=True)
-    conn.send(("ready", environment, startup))
+    conn.send((Message.READY, environment, startup))
     profile_dir = os.environ.get("KERNELARENA_WORKER_PROFILE")
     if profile_dir:  # a development aid: where a run's time goes inside the worker
         _serve_profiled(conn, evaluator, log_path, Path(profile_dir))
@@ -54,7 +56,7 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
     sys.stdout.flush()
     sys.stderr.flush()
     with contextlib.suppress(OSError):
-        conn.send(("closed",))
+        conn.send((Message.CLOSED,))
     os._exit(0)
 
 
@@ -131,7 +133,7 @@ def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
             message = conn.recv()
         except EOFError:
             return
-        if message[0] == "stop":
+        if message[0] == Message.STOP:
             return
         idle = time.monotonic() - idle_since
         JOB_STAGES.begin("decode")
@@ -139,7 +141,7 @@ def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
         result = _evaluate(conn, evaluator, log_path, job_id, job)
         result["stages"] = dict(JOB_STAGES.take(), idle=round(idle, 6))
         result["sent_at"] = time.monotonic()
-        conn.send(("result", job_id, result))
+        conn.send((Message.RESULT, job_id, result))
         idle_since = time.monotonic()
         if result["fatal"]:
             evaluator.close()
@@ -214,7 +216,7 @@ def _notifier(conn: Connection, job_id: int) -> Callable[[str], None]:
     def notify(stage: str) -> None:
         if stage == "running":  # built: the checks begin
             JOB_STAGES.switch("checks")
-        conn.send(("stage", job_id, stage))
+        conn.send((Message.STAGE, job_id, stage))
 
     return notify
 

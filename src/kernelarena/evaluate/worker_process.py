@@ -11,6 +11,8 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
+from kernelarena.evaluate.messages import Message
+
 
 class WorkerProcess:
     """A worker process, over ``subprocess.Popen``."""
@@ -47,7 +49,7 @@ def said_closed(conn: Connection, process: WorkerProcess, timeout: float) -> boo
     deadline = time.monotonic() + timeout
     try:
         while conn.poll(max(0.0, deadline - time.monotonic())):
-            if conn.recv()[0] == "closed":
+            if conn.recv()[0] == Message.CLOSED:
                 return True
     except (EOFError, OSError):
         process.join(timeout=max(0.0, deadline - time.monotonic()))
