@@ -74,7 +74,7 @@ def after_pass(sets: SetMaker, timed: list[SharedSet], reply: dict[str, Any], wh
         comparisons = sets.compare_all(sets.produced(shared), sets.expected(shared), shared)
         failed = [c for c in comparisons if not c.ok]
         if failed:
-            pristine = shared.private if shared.private is not None else sets.pristine(shared)
+            pristine = sets.given(shared)
             changed = sets.changed_input(shared, pristine)
             if changed:  # the likelier cause, and the one to name
                 raise CheckFailed(

@@ -176,7 +176,7 @@ class SetMaker:
             self.refill(shared, seed, keep_private=True)
             return
         fresh = self.draw(seed)
-        private = dict(shared.private) if shared.private is not None else self.pristine(shared)
+        private = dict(self.given(shared))
         generator = torch.Generator().manual_seed(seed)
         for name, target in shared.inputs.items():
             value = fresh.get(name)
@@ -206,6 +206,11 @@ class SetMaker:
         shared.expected = shared.precise = None
         self.poison(shared)
 
+    def given(self, shared: SharedSet) -> dict[str, Value]:
+        """The inputs the set was given: the judge's private copy, or where it keeps none, a
+        fresh draw of its seed (``pristine``)."""
+        return shared.private if shared.private is not None else self.pristine(shared)
+
     def pristine(self, shared: SharedSet) -> dict[str, Value]:
         """What the set was given, drawn again from its seed (for sets that keep no copy)."""
         return self.draw(shared.seed, shared.distribution)
@@ -227,7 +232,7 @@ class SetMaker:
         (``error_ratio.precise_inputs``), kept with the set until a refill; empty where the
         reference cannot run so (written for its dtypes only) or the inputs would be too large."""
         if shared.precise is None:
-            given = shared.private if shared.private is not None else self.pristine(shared)
+            given = self.given(shared)
             _, shared.precise = self.job.reference.outputs(
                 self.job, given, expected=False, precise=True
             )
@@ -282,7 +287,7 @@ class SetMaker:
         a refill changes them. A set that keeps its inputs is a trial's, whose error ratio
         needs the float64 run too: both come in one request."""
         if shared.expected is None:
-            given = shared.private if shared.private is not None else self.pristine(shared)
+            given = self.given(shared)
             both = shared.private is not None and shared.precise is None
             shared.expected, precise = self.job.reference.outputs(self.job, given, precise=both)
             if both:
