@@ -157,6 +157,8 @@ class ReferenceServer:
                     if value.dtype != target.dtype or value.shape != target.shape:
                         raise ReferenceBroken(f"held result {index} changed since described")
                     target.copy_(value)
+            if self.device.type == "cuda":  # the judge reads the targets once this returns
+                torch.cuda.synchronize(self.device)
             return {"ok": True}
         except ReferenceBroken as broken:
             return {"broken": str(broken)}

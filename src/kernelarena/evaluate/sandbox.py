@@ -325,12 +325,16 @@ class Sandbox:
         timing = time_replays(graph, device, calls, budget_ms=options.get("graph_budget_ms"))
         return timing.samples_ms
 
-    def _eager(self, set_ids: list[int], count: int) -> dict[str, Any]:
+    def _eager(self, set_ids: list[int], count: int, ordered: bool = False) -> dict[str, Any]:
         """``count`` calls over the sets in turn, back to back, then the device synchronized: the
         judge's clock runs around this request, and its checks of correctness use it too (one call
         per set). A value-returning solution's last result on each set then lands in the judge's
         buffers. The reply's ``host_ms``: the time the calls took to return, before the
-        synchronization (the host's submit time; a claim the judge bounds by its own clock)."""
+        synchronization (the host's submit time; a claim the judge bounds by its own clock).
+        ``ordered`` (the judge's check passes): the reply's ``unordered`` lists the sets whose
+        outputs were still being written on another stream when the calls returned
+        (``stream_order``)."""
+        from kernelarena.evaluate.stream_order import changed_since, fingerprints
         from kernelarena.evaluate.timing import reset_persisting_l2
 
         fn, results = self._calls(set_ids)
@@ -341,9 +345,25 @@ class Sandbox:
             for i in range(count):
                 fn(i)
             host_ms = (time.perf_counter() - began) * 1e3
+            written = self._written(set_ids[:count], results) if ordered and self.on_gpu else []
+            taken = fingerprints(self.torch, written)
             self._sync()
+            unordered = [set_ids[i] for i in changed_since(self.torch, written, taken)]
             returned = self._delivered(set_ids[:count], results)
-        return {"ok": True, "host_ms": host_ms, "returned": returned}
+        return {"ok": True, "host_ms": host_ms, "returned": returned, "unordered": unordered}
+
+    def _written(self, set_ids: list[int], results: list[Any]) -> list[list[Any]]:
+        """What each set's call wrote: its destinations, or the plain device tensors it returned."""
+        if self.runnable.destination_passing_style:
+            return [list(self.sets[set_id].outputs) for set_id in set_ids]
+        torch = self.torch
+        written = []
+        for result in results[: len(set_ids)]:
+            values = list(result) if isinstance(result, tuple | list) else [result]
+            written.append(
+                [v for v in values if type(v) is torch.Tensor and _on(v.device, self.device)]
+            )
+        return written
 
     def _replay(self, count: int) -> dict[str, Any]:
         """``count`` replays of the timed graph, the device synchronized; a value-returning

@@ -20,7 +20,7 @@ from kernelarena.evaluate.error_ratio import ErrorRatio, ratios
 from kernelarena.evaluate.options import Options
 from kernelarena.evaluate.references import Reference
 from kernelarena.evaluate.sandboxes import Sandbox
-from kernelarena.evaluate.verdicts import check_returned, expect_success
+from kernelarena.evaluate.verdicts import check_returned, expect_stream_order, expect_success
 from kernelarena.runtime.compare import Comparison, compare, first_changed_input
 from kernelarena.runtime.inputs import (
     STANDARD,
@@ -265,8 +265,9 @@ class SetMaker:
     def call(self, shared: SharedSet) -> dict[str, torch.Tensor]:
         self.poison(shared)
         self._synchronize()
-        reply = self.sandbox.request("eager", [shared.id], 1)
+        reply = self.sandbox.request("eager", [shared.id], 1, True)
         expect_success(reply)
+        expect_stream_order(reply, "the checked call")
         if not self.job.destination_passing_style:
             returned = reply.get("returned")
             check_returned(self.job, returned[0] if isinstance(returned, list) else None)

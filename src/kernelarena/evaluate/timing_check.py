@@ -42,7 +42,9 @@ from kernelarena.evaluate.shared_sets import Job, SetMaker, SharedSet, in_place
 from kernelarena.evaluate.stage_clock import phase, staged
 from kernelarena.evaluate.timing import Timing
 from kernelarena.evaluate.verdicts import (
+    LEFT_RUNNING,
     CheckFailed,
+    expect_stream_order,
     expect_success,
     with_details,
 )
@@ -156,7 +158,7 @@ def verify_after_timing(sets: SetMaker, timed: list[SharedSet]) -> None:
     then check: every poisoned output complete the moment the calls returned, the sampled sets
     equal to the reference. (The others keep their inputs: they are checked for completeness
     only, so new values there would cost draws and prove nothing more.)"""
-    request = ("eager", [s.id for s in timed], len(timed))
+    request = ("eager", [s.id for s in timed], len(timed), True)
     _verify_pass(sets, timed, request, compare=True, graph=False)
     # Once more with a few elements changed in every set: one such set in a pass can miss a
     # sampled cache by chance (the changed elements among those it keys on), all of them seldom.
@@ -208,7 +210,9 @@ def _verify_pass(
             sets.poison(timed[index])
     if sets.device.type == "cuda":
         torch.cuda.synchronize(sets.device)
-    check_reply(sets, sets.sandbox.request(*request), "the calls after the refills")
+    reply = sets.sandbox.request(*request)
+    check_reply(sets, reply, "the calls after the refills")
+    expect_stream_order(reply, "the calls after the refills")
     unfinished = _still_poisoned(sets, timed)
     for index in sorted(unfinished) + sorted(set(sampled) - unfinished):
         _check_set(sets, timed[index], late=index in unfinished, graph=graph)
@@ -242,11 +246,7 @@ def _check_set(sets: SetMaker, shared: SharedSet, late: bool, graph: bool) -> No
         )
     if not failed:
         if late and not graph:  # NaN at first look, right now: the work finished after the return
-            raise CheckFailed(
-                Status.RUNTIME_ERROR,
-                "outputs were still being written after the call returned: the solution leaves "
-                "work running (e.g. on another stream) that its timing does not count",
-            )
+            raise CheckFailed(Status.RUNTIME_ERROR, LEFT_RUNNING)
         return
     log = (
         "after the timed runs the inputs were refilled in place with new values and the outputs "

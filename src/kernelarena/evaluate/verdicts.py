@@ -35,6 +35,24 @@ def expect_success(reply: dict[str, Any]) -> None:
         raise SolutionFailed(reply)
 
 
+# How a set's outputs look when work on them is still running after the call returned.
+LEFT_RUNNING = (
+    "outputs were still being written after the call returned: the solution leaves work running "
+    "(e.g. on another stream) that its timing does not count"
+)
+
+
+def expect_stream_order(reply: dict[str, Any], what: str) -> None:
+    """A check pass's reply (``stream_order``): no set's outputs changed after the calls
+    returned, on the caller's stream."""
+    if reply.get("unordered"):
+        raise CheckFailed(
+            Status.RUNTIME_ERROR,
+            f"{LEFT_RUNNING}; in {what} the caller's stream was not made to wait for it, so the "
+            "next kernel a caller enqueues reads the outputs unfinished",
+        )
+
+
 def check_returned(job: Job, returned: Any) -> None:
     """A value-returning call's results, as the sandbox describes them: count, type, dtype, shape.
     (The values themselves are read from the judge's own buffers.)"""
