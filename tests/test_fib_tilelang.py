@@ -408,7 +408,9 @@ def test_both_tools_give_the_same_verdicts_on_the_gpu(tmp_path: Path) -> None:
     ours, our_logs = _verdicts(tmp_path / "ours")
     # Per (solution, workload): (flashinfer-bench's verdict, kernelarena's), a job either tool
     # left without a trace as None.
-    both = {key: (peer.get(key), ours.get(key)) for key in EXPECTED.keys() | peer.keys() | ours.keys()}
+    both = {
+        key: (peer.get(key), ours.get(key)) for key in EXPECTED.keys() | peer.keys() | ours.keys()
+    }
     assert both == {key: (verdict, verdict) for key, verdict in EXPECTED.items()}, (
         _unexpected(peer, peer_logs) or peer_printed,
         _unexpected(ours, our_logs) or our_printed,

@@ -62,7 +62,11 @@ GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     **CPU_ATTACKS,
     # Outputs written on a stream the caller's never waits for: a caller reads them unfinished.
     "side_stream": (Status.RUNTIME_ERROR, True, "still being written after the call returned"),
-    "side_stream_value": (Status.RUNTIME_ERROR, False, "still being written after the call returned"),
+    "side_stream_value": (
+        Status.RUNTIME_ERROR,
+        False,
+        "still being written after the call returned",
+    ),
 }
 # A graph without the work its calls do gains nothing: its replays are checked, and the job is
 # timed again with CUDA events in a fresh sandbox, every call doing the work; the trace says the

@@ -467,3 +467,20 @@ def test_the_timing_loops_take_back_any_l2_set_aside_for_persisting_lines() -> N
     assert driver.cuCtxGetLimit(ctypes.byref(value), limit) == 0 and value.value > 0
     reset_persisting_l2()
     assert driver.cuCtxGetLimit(ctypes.byref(value), limit) == 0 and value.value == 0
+
+
+def test_a_graph_of_no_work_is_not_rejected_for_the_judges_synchronization() -> None:
+    """An empty batch's graph replays in 0.02 us a call; the judge's replay clock, one
+    synchronization per batch, read 0.04 us on an H100. A ratio that wide at that scale hides
+    nothing; the same ratio a microsecond up is still rejected."""
+    from kernelarena.evaluate.crosscheck import JudgeClock, TimingRejected, check_reported
+
+    empty = summarize([0.019e-3] * 9, "cuda_graph")
+    check_reported(empty, JudgeClock(eager_call_ms=0.01, graph_call_ms=0.042e-3), 0.0)
+    forged = summarize([0.5e-3] * 9, "cuda_graph")
+    with pytest.raises(TimingRejected):
+        check_reported(forged, JudgeClock(eager_call_ms=0.01, graph_call_ms=1.2e-3), 0.0)
+    events = summarize([0.019e-3] * 9, "cuda_events_l2_flush")
+    check_reported(events, JudgeClock(eager_call_ms=0.2e-3), 0.0)
+    with pytest.raises(TimingRejected):
+        check_reported(events, JudgeClock(eager_call_ms=0.5e-3), 0.0)
