@@ -45,12 +45,6 @@ UNMEASURED = {
     # FlashInfer's ragged FA3 kernel writes lse = -inf on a few rows that see keys (INCORRECT).
     "attention_prefill_varlen_bf16_flashinfer": "INCORRECT: lse -inf on rows with keys",
     "attention_prefill_varlen_fp16_flashinfer": "INCORRECT: lse -inf on rows with keys",
-    # Issue 42's new languages (`scripts/gpu_stage.sh lang`): H100 traces shipped, no H200 yet.
-    **{
-        f"fused_add_rmsnorm_{suffix}_tilelang": "H100 only: not measured on an H200 yet"
-        for suffix in ("fp32", "fp16", "bf16")
-    },
-    "nvfp4_gemv_cute": "H100 only: not measured on an H200 yet",
 }
 
 
