@@ -31,9 +31,10 @@ def doctor() -> None:
     console.print(f"a sandbox started now ({where or 'did not start'}):")
     console.print(f"  {confinement}", markup=False)
     console.print(f"CPU sandboxes: {_cpu_sandboxes()}", markup=False)
-    from kernelarena.dispatch import fastcall
+    from kernelarena.dispatch import fastcall, tensorcheck
 
     console.print(f"apply fast path: {fastcall.status()}", markup=False)
+    console.print(f"apply tensor guard: {tensorcheck.status()}", markup=False)
     console.print(f"definitions' references: {where_references_run()}", markup=False)
 
 
