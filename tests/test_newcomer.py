@@ -342,7 +342,7 @@ def test_the_report_names_registered_solutions_and_leads_with_gpus(
 
 def test_planning_a_definition_without_solutions_warns(tmp_path: Path) -> None:
     """``Benchmark(dataset).run_all()`` before ``import my_kernels``: a warning, not silence."""
-    from kernelarena.evaluate.runner import plan
+    from kernelarena.evaluate.executors.runner import plan
 
     made = TraceSet(root=tmp_path / "ds")
     made.add_definition(DEFINITION)

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from kernelarena.data import AxisVar, Definition, RandomInput, TensorSpec, Workload
-from kernelarena.evaluate.crosscheck import EVENT_MODES
+from kernelarena.evaluate.judge.crosscheck import EVENT_MODES
+from kernelarena.evaluate.judge.reference_sandbox import SandboxedReference
+from kernelarena.evaluate.judge.references import InJudgeReference, Reference
+from kernelarena.evaluate.judge.shared_sets import Job
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.reference_sandbox import SandboxedReference
-from kernelarena.evaluate.references import InJudgeReference, Reference
-from kernelarena.evaluate.sandboxes import Sandboxes
-from kernelarena.evaluate.shared_sets import Job
+from kernelarena.evaluate.sandbox.sandboxes import Sandboxes
 from kernelarena.library import load_library
 
 # Library definitions whose make_inputs shape their inputs, with the params that do it.

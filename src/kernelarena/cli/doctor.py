@@ -13,9 +13,9 @@ def doctor() -> None:
     """Start a process confined as a sandbox is and say which protections held, which did not
     and why (namespaces, file-system view, capabilities, Landlock, seccomp, resource limits);
     then whether apply's hot path is compiled here (and if not, why)."""
-    from kernelarena.evaluate.confine import landlock_abi
-    from kernelarena.evaluate.isolation import find_bwrap, trial, walls
     from kernelarena.evaluate.options import where_references_run
+    from kernelarena.evaluate.sandbox.confine import landlock_abi
+    from kernelarena.evaluate.sandbox.isolation import find_bwrap, trial, walls
 
     found = walls()
     user = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
@@ -43,9 +43,9 @@ def _cpu_sandboxes() -> str:
     import tempfile
     from pathlib import Path
 
-    from kernelarena.evaluate.forked import ForkedProcess
-    from kernelarena.evaluate.isolation import walls
-    from kernelarena.evaluate.sandboxes import SandboxDied, Sandboxes
+    from kernelarena.evaluate.sandbox.forked import ForkedProcess
+    from kernelarena.evaluate.sandbox.isolation import walls
+    from kernelarena.evaluate.sandbox.sandboxes import SandboxDied, Sandboxes
 
     with tempfile.TemporaryDirectory(prefix="kernelarena-doctor-") as folder:
         sandboxes = Sandboxes("cpu", Path(folder), [])
