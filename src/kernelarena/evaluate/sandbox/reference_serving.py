@@ -13,6 +13,7 @@ judge parses as data; nothing the reference returns is trusted beyond its values
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -85,29 +86,44 @@ class ReferenceServer:
         turn, one per output of the definition."""
         try:
             (bound,) = self._bound(new_buffers, [binding])
-            names = list(self.definition.outputs)
-            destinations = list(bound.outputs)
-            reply: dict[str, Any] = {"ok": True}
-            expected: list[Any] = []
-            upcast: list[Any] = []
-            # The float64 run first: the run in the definition's dtypes may then have the
-            # request's copies of the inputs, which it may write, without copying them again.
-            if wanted[1]:
-                inputs = dict(zip(self.definition.inputs, bound.arguments, strict=True))
-                found = precise_outputs(self.run, self.definition, inputs)
-                upcast = [found.get(name) for name in names]
-            if wanted[0]:
-                expected = expected_outputs(self.run, self.definition, bound.arguments, own=True)
-                reply["expected"] = self._place(expected, destinations[: len(names)], False)
-                destinations = destinations[len(names) :]
-            if wanted[1]:
-                reply["precise"] = self._place(upcast, destinations, False)
-            self.held = expected + upcast
-            return reply
+            try:
+                return self._expected(bound, wanted)
+            except torch.OutOfMemoryError:
+                if any(spec.aliases is not None for spec in self.definition.outputs.values()):
+                    raise  # an in-place reference may have written its inputs before it ran out
+                # What this process keeps from earlier requests (results held for delivery, the
+                # caching allocator's free blocks) can be the difference on the largest sets,
+                # where the judge and the paused solution hold their copies too: once more
+                # with all of it given back.
+                self.held = []
+                gc.collect()
+                torch.cuda.empty_cache()
+                return self._expected(bound, wanted)
         except ReferenceBroken as broken:
             return {"broken": str(broken)}
         finally:
             self._done()
+
+    def _expected(self, bound: Any, wanted: tuple[bool, bool]) -> dict[str, Any]:
+        names = list(self.definition.outputs)
+        destinations = list(bound.outputs)
+        reply: dict[str, Any] = {"ok": True}
+        expected: list[Any] = []
+        upcast: list[Any] = []
+        # The float64 run first: the run in the definition's dtypes may then have the
+        # request's copies of the inputs, which it may write, without copying them again.
+        if wanted[1]:
+            inputs = dict(zip(self.definition.inputs, bound.arguments, strict=True))
+            found = precise_outputs(self.run, self.definition, inputs)
+            upcast = [found.get(name) for name in names]
+        if wanted[0]:
+            expected = expected_outputs(self.run, self.definition, bound.arguments, own=True)
+            reply["expected"] = self._place(expected, destinations[: len(names)], False)
+            destinations = destinations[len(names) :]
+        if wanted[1]:
+            reply["precise"] = self._place(upcast, destinations, False)
+        self.held = expected + upcast
+        return reply
 
     def make_inputs(
         self,
