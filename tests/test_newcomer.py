@@ -349,3 +349,12 @@ def test_planning_a_definition_without_solutions_warns(tmp_path: Path) -> None:
     made.add_workload("double_it", Workload(uuid="n8", axes={"n": 8}, inputs={"x": RandomInput()}))
     with pytest.warns(UserWarning, match="'double_it' has no solution: import the module that"):
         assert plan(made, suite="all") == []
+
+
+def test_the_performance_suite_on_a_cpu_says_its_workloads_need_a_gpu() -> None:
+    """The library's performance workloads run only on a GPU: asked for on a CPU, the run says
+    so, not that no workload is tagged performance."""
+    done = kernelarena("run", "silu_and_mul_fp32", "--device", "cpu", "--suite", "performance")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "its performance workloads run only on a GPU" in done.stdout, done.stdout
+    assert "try --suite all" in done.stdout

@@ -86,6 +86,11 @@ def _why_no_job(
                 f"{name}: each of its {_count(runnable, 'workload')} is tagged large or "
                 "performance, which run only on a GPU"
             )
+        if not on_gpu and "performance" in tags and suite == "performance":
+            return (
+                f"{name}: its performance workloads run only on a GPU; on this CPU, "
+                "try --suite all (its correctness and smoke workloads)"
+            )
         return (
             f"{name}: none of its {_count(runnable, 'workload')} is in the {suite} suite (their "
             f"tags: {', '.join(tags)}); try --suite all"
