@@ -27,6 +27,8 @@ from kernelarena.library._spec import (
 # residual_out: exact. It is one float32 addition of two values of the storage dtype, rounded once,
 # the same operation in every solution and the reference.
 _EXACT = Tolerance(atol=0.0, rtol=0.0)
+# The Triton solution embeds the norms' launch plans and the tuner (library/_shared/).
+_TRITON_SHARED = ("row_norm.py", "tuning.py")
 _TOLERANCES = {
     "fp32": {"out": Tolerance(atol=1e-5, rtol=1e-5), "residual_out": _EXACT},
     "fp16": {"out": Tolerance(atol=1e-3, rtol=1e-3), "residual_out": _EXACT},
@@ -102,6 +104,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/fused_add_rmsnorm.py::run",
+            shared=_TRITON_SHARED,
             targets=("cuda", "cpu"),
             description=_TRITON_NOTE,
         ),
@@ -171,6 +174,7 @@ OPERATOR_INPLACE = OperatorSpec(
             "triton",
             "triton",
             "triton/fused_add_rmsnorm.py::run_inplace",
+            shared=_TRITON_SHARED,
             targets=("cuda", "cpu"),
             description=_TRITON_NOTE,
         ),

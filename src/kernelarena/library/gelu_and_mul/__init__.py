@@ -95,6 +95,7 @@ def _kernels(tanh: bool) -> tuple[SolutionSpec, ...]:
             "triton",
             "triton",
             f"triton/gelu_and_mul.py::{entry}",
+            shared=("gated_activation.py", "tiles.py", "tuning.py"),
             targets=("cuda", "cpu"),
             description="Tiles tuned on the device (6 candidates, 512 to 4096 outputs)"
             + (

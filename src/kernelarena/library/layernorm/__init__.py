@@ -22,6 +22,8 @@ from kernelarena.library._spec import (
 # ~20 while the result can be near 0: float32 errors of ~1e-6 relative on those terms are absolute
 # errors of ~2e-5 on the result, hence atol 1e-4 in float32. The rounded 16-bit outputs are the
 # reference's or one rounding step away: 2^-7 relative in bfloat16, 2^-10 in float16.
+# The Triton solution embeds the norms' launch plans and the tuner (library/_shared/).
+_TRITON_SHARED = ("row_norm.py", "tuning.py")
 _TOLERANCES = {
     "fp32": {"out": Tolerance(atol=1e-4, rtol=1e-5)},
     "fp16": {"out": Tolerance(atol=1e-3, rtol=1e-3)},
@@ -80,6 +82,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/layernorm.py::run",
+            shared=_TRITON_SHARED,
             targets=("cuda", "cpu"),
             description="Rows held in registers (one pass over memory, exact two-pass "
             "variance) up to 32K wide; shifted sums over two passes beyond. Warps per program "

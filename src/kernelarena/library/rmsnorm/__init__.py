@@ -20,6 +20,8 @@ from kernelarena.library._spec import (
 # Tolerances: every solution computes the same float32 value as the reference up to summation
 # order (a few ulps of float32) and rsqrtf (2 ulps), so the rounded output is the reference's or
 # one rounding step away: 2^-7 relative in bfloat16, 2^-10 in float16.
+# The Triton solution embeds the norms' launch plans and the tuner (library/_shared/).
+_TRITON_SHARED = ("row_norm.py", "tuning.py")
 _TOLERANCES = {
     "fp32": {"out": Tolerance(atol=1e-5, rtol=1e-5)},
     "fp16": {"out": Tolerance(atol=1e-3, rtol=1e-3)},
@@ -78,6 +80,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/rmsnorm.py::run",
+            shared=_TRITON_SHARED,
             targets=("cuda", "cpu"),
             description="Rows held in registers (one pass over memory) up to 32K wide, "
             "several rows per program for narrow rows; two passes beyond. Warps per program "

@@ -79,6 +79,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/scale.py::run",
+            shared=("tiles.py", "tuning.py"),
             targets=("cuda", "cpu"),
             description="Tiles tuned on the device (6 candidates, 512 to 4096 elements); "
             "16-byte accesses.",

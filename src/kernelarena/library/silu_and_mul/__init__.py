@@ -82,6 +82,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/silu_and_mul.py::run",
+            shared=("gated_activation.py", "tiles.py", "tuning.py"),
             targets=("cuda", "cpu"),
             description="Tiles tuned on the device (6 candidates, 512 to 4096 outputs); exp2 "
             "and fast division.",
