@@ -27,8 +27,9 @@ from kernelarena.library._spec import (
 # residual_out: exact. It is one float32 addition of two values of the storage dtype, rounded once,
 # the same operation in every solution and the reference.
 _EXACT = Tolerance(atol=0.0, rtol=0.0)
-# The Triton solution embeds the norms' launch plans and the tuner (library/_shared/).
+# The solutions embed the norms' launch plans, the tuner and the CUDA helpers (library/_shared/).
 _TRITON_SHARED = ("row_norm.py", "tuning.py")
+_CUDA_SHARED = ("device.cuh", "norm_rows.cuh", "reduce.cuh", "vector_io.cuh")
 _TOLERANCES = {
     "fp32": {"out": Tolerance(atol=1e-5, rtol=1e-5), "residual_out": _EXACT},
     "fp16": {"out": Tolerance(atol=1e-3, rtol=1e-3), "residual_out": _EXACT},
@@ -112,6 +113,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda",
             "cuda/fused_add_rmsnorm.cu::run",
+            shared=_CUDA_SHARED,
             targets=("sm_90a",),
             description=_CUDA_NOTE,
         ),
@@ -182,6 +184,7 @@ OPERATOR_INPLACE = OperatorSpec(
             "cuda",
             "cuda",
             "cuda/fused_add_rmsnorm.cu::run_inplace",
+            shared=_CUDA_SHARED,
             targets=("sm_90a",),
             description=_CUDA_NOTE,
         ),

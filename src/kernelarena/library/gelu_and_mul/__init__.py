@@ -34,6 +34,8 @@ _SHAPES_PERFORMANCE = [(128, 4096), (4096, 4096), (32768, 8192)]
 # itself loses about 6e-8 |g| absolute in 1 + tanh or 1 + erf near -1. fp16
 # and bf16: the final rounding, half an ulp; peers that round gelu(gate) before the product (torch
 # eager, Liger) reach twice that, still inside.
+# The CUDA solution embeds the gated activations' template (library/_shared/).
+_CUDA_SHARED = ("device.cuh", "gated_activation.cuh", "rows_elementwise.cuh", "vector_io.cuh")
 _TOLERANCES = {
     "fp32": Tolerance(atol=1e-5, rtol=1e-5),
     "fp16": Tolerance(atol=1e-3, rtol=1e-3),
@@ -108,6 +110,7 @@ def _kernels(tanh: bool) -> tuple[SolutionSpec, ...]:
             "cuda",
             "cuda",
             f"cuda/gelu_and_mul.cu::{entry}",
+            shared=_CUDA_SHARED,
             targets=("sm_90a",),
             description="16-byte streaming loads of both halves"
             + (

@@ -22,8 +22,9 @@ from kernelarena.library._spec import (
 # ~20 while the result can be near 0: float32 errors of ~1e-6 relative on those terms are absolute
 # errors of ~2e-5 on the result, hence atol 1e-4 in float32. The rounded 16-bit outputs are the
 # reference's or one rounding step away: 2^-7 relative in bfloat16, 2^-10 in float16.
-# The Triton solution embeds the norms' launch plans and the tuner (library/_shared/).
+# The solutions embed the norms' launch plans, the tuner and the CUDA helpers (library/_shared/).
 _TRITON_SHARED = ("row_norm.py", "tuning.py")
+_CUDA_SHARED = ("device.cuh", "norm_rows.cuh", "reduce.cuh", "vector_io.cuh")
 _TOLERANCES = {
     "fp32": {"out": Tolerance(atol=1e-4, rtol=1e-5)},
     "fp16": {"out": Tolerance(atol=1e-3, rtol=1e-3)},
@@ -92,6 +93,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda",
             "cuda/layernorm.cu::run",
+            shared=_CUDA_SHARED,
             targets=("sm_90a",),
             description="x and bias staged in shared memory by cp.async, 16-byte accesses, "
             "one pass over HBM, exact two-pass variance from shared memory.",

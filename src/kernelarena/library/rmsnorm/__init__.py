@@ -20,8 +20,9 @@ from kernelarena.library._spec import (
 # Tolerances: every solution computes the same float32 value as the reference up to summation
 # order (a few ulps of float32) and rsqrtf (2 ulps), so the rounded output is the reference's or
 # one rounding step away: 2^-7 relative in bfloat16, 2^-10 in float16.
-# The Triton solution embeds the norms' launch plans and the tuner (library/_shared/).
+# The solutions embed the norms' launch plans, the tuner and the CUDA helpers (library/_shared/).
 _TRITON_SHARED = ("row_norm.py", "tuning.py")
+_CUDA_SHARED = ("device.cuh", "norm_rows.cuh", "reduce.cuh", "vector_io.cuh")
 _TOLERANCES = {
     "fp32": {"out": Tolerance(atol=1e-5, rtol=1e-5)},
     "fp16": {"out": Tolerance(atol=1e-3, rtol=1e-3)},
@@ -90,6 +91,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda",
             "cuda/rmsnorm.cu::run",
+            shared=_CUDA_SHARED,
             targets=("sm_90a",),
             description="16-byte vector loads, rows in registers, warp-shuffle reductions; "
             "threads per row chosen from the width and the row count.",

@@ -88,6 +88,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda",
             "cuda/scale.cu::run",
+            shared=("device.cuh", "rows_elementwise.cuh", "vector_io.cuh"),
             targets=("sm_90a",),
             description="16-byte vector accesses, streaming loads, two per thread in flight.",
         ),

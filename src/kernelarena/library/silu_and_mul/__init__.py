@@ -29,6 +29,8 @@ _SHAPES_PERFORMANCE = [(128, 4096), (4096, 4096), (32768, 8192)]
 # division add below 3e-6 relative (the float32 reference rounds too). fp16 and bf16: the final
 # rounding, half an ulp (2^-12 and 2^-9 relative); peers that round silu(gate) before the product
 # (torch eager) reach twice that, still inside.
+# The CUDA solution embeds the gated activations' template (library/_shared/).
+_CUDA_SHARED = ("device.cuh", "gated_activation.cuh", "rows_elementwise.cuh", "vector_io.cuh")
 _TOLERANCES = {
     "fp32": Tolerance(atol=1e-5, rtol=1e-5),
     "fp16": Tolerance(atol=1e-3, rtol=1e-3),
@@ -91,6 +93,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda",
             "cuda/silu_and_mul.cu::run",
+            shared=_CUDA_SHARED,
             targets=("sm_90a",),
             description="16-byte streaming loads of both halves, two of each per thread in flight.",
         ),
