@@ -122,6 +122,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/attention_prefill.py::run",
+            shared=("attention_tile.py",),
             targets=("cuda", "cpu"),
             description="FlashAttention-2 loop; TMA descriptors and pipelined loads on sm_90.",
         ),

@@ -122,6 +122,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/attention_prefill_varlen.py::run",
+            shared=("attention_tile.py",),
             targets=("cuda", "cpu"),
             description="FlashAttention-2 loop per sequence; TMA bounded per sequence on sm_90.",
         ),
