@@ -17,7 +17,7 @@ skipped. Cases under 40 us are timed as CUDA graph replays (the harness), larger
 events, the L2 flushed between calls. Inputs rotate over as many sets as fill twice the L2 (2 to
 64) and each graph reads every set once, as the engine times the traces apply ranks by; outputs
 rotate with them: ours (destination-passing style) write each set's own, and a peer's results are
-held per set until the next call on that set (``kernelarena.evaluate.graph_timing.held_per_set``), so no
+held per set until the next call on that set (``kernelarena.evaluate.sandbox.graph_timing.held_per_set``), so no
 provider writes into a block the previous call just freed, which keeps its writes in the L2. (Until
 2026-11-25 up to 20 sets filled three times the L2, so at 128x4096 they stayed in it, and every
 provider wrote one shared output.) The Triton solutions tune their tiles on the first call, which
@@ -46,7 +46,7 @@ import torch
 
 from kernelarena.compile import DependencyMissing, Runnable
 from kernelarena.data import Tolerance
-from kernelarena.evaluate.graph_timing import graph_calls, held_per_set, sets_filling_l2
+from kernelarena.evaluate.sandbox.graph_timing import graph_calls, held_per_set, sets_filling_l2
 from kernelarena.testing import build, library_definition, reference
 
 try:

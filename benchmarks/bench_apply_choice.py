@@ -18,7 +18,7 @@ prepares for it (``kernelarena.dispatch.calls.solution_call``): a destination-pa
 outputs allocated per call exactly as apply allocates them. As the engine times the traces apply
 ranks by: inputs rotate over as many sets as fill twice the L2 with their outputs (2 to 64), every
 set once per graph, and outputs rotate with them: every provider's results are held per input set
-until the next call on that set (``kernelarena.evaluate.graph_timing.held_per_set``), so no provider
+until the next call on that set (``kernelarena.evaluate.sandbox.graph_timing.held_per_set``), so no provider
 writes into a block the previous call just freed.
 
 Per shape: the best direct solution by each figure, the solution apply chose (its tables: the
@@ -55,10 +55,10 @@ from kernelarena.dispatch.calls import solution_call
 from kernelarena.dispatch.runtime import ApplyRuntime
 from kernelarena.dispatch.signature import Binding
 from kernelarena.dispatch.table import workload_key
-from kernelarena.evaluate.ceilings import measure_ceilings
-from kernelarena.evaluate.graph_timing import graph_calls, held_per_set, sets_filling_l2
+from kernelarena.evaluate.executors.runner import select_definitions
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
-from kernelarena.evaluate.runner import select_definitions
+from kernelarena.evaluate.judge.ceilings import measure_ceilings
+from kernelarena.evaluate.sandbox.graph_timing import graph_calls, held_per_set, sets_filling_l2
 
 BAR = 1.03
 

@@ -39,10 +39,10 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.job_stages import stage_table
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.job_stages import stage_table
+from kernelarena.evaluate.judge.worker import describe_startup
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.worker import describe_startup
 
 BATCHES = (1, 8, 32, 128, 512, 1024, 4096, 8192)
 # Triton runs under its interpreter on a CPU: the same count of evaluations at sizes it gets through.

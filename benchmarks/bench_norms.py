@@ -30,7 +30,7 @@ than in its traces.)
 
 Outputs rotate with the inputs, for every provider, as in the engine: ours (destination-passing
 style) write each input set's own outputs, and a peer's results are held per input set until the
-next call on that set (``kernelarena.evaluate.graph_timing.held_per_set``), so its allocations take fresh
+next call on that set (``kernelarena.evaluate.sandbox.graph_timing.held_per_set``), so its allocations take fresh
 memory as ours do. A result dropped at once hands its block to the next call, whose writes then
 stay in the L2: at 128x4096 that read Liger and the compiled peer 14-15% faster than with their
 outputs held (H100, 2026-11-25). (From 2026-11-22 to 2026-11-25 every provider wrote one set of
@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from kernelarena.compile import DependencyMissing, build_solution
-from kernelarena.evaluate.graph_timing import graph_calls, held_per_set, sets_filling_l2
+from kernelarena.evaluate.sandbox.graph_timing import graph_calls, held_per_set, sets_filling_l2
 from kernelarena.library.fused_add_rmsnorm import OPERATOR as FUSED
 from kernelarena.library.fused_add_rmsnorm import OPERATOR_INPLACE as FUSED_INPLACE
 from kernelarena.library.layernorm import OPERATOR as LAYERNORM

@@ -257,7 +257,7 @@ def dataset_summary(dataset: Path, jobs: list[dict[str, Any]]) -> dict[str, Any]
 def kernelarena_view(dataset: Path) -> tuple[int, str]:
     """The jobs ``kernelarena run --dataset`` plans on a GPU, and what ``validate`` says."""
     from kernelarena.datasets import load_default
-    from kernelarena.evaluate.runner import plan
+    from kernelarena.evaluate.executors.runner import plan
 
     combined, user = load_default(dataset)
     jobs = plan(combined, sorted(user.definitions), None, "all", on_gpu=True)

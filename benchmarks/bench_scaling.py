@@ -54,12 +54,12 @@ from typing import Any
 from benchmarks.harness import result_path
 from benchmarks.profiles import parent_profiled, summarize, workers_profiled
 from kernelarena.data import TraceSet
-from kernelarena.evaluate.devices import resolve_devices, visible_gpu_count
-from kernelarena.evaluate.job_stages import phase_means, stage_table
-from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
-from kernelarena.evaluate.local import LocalExecutor
+from kernelarena.evaluate.executors.devices import resolve_devices, visible_gpu_count
+from kernelarena.evaluate.executors.job_stages import phase_means, stage_table
+from kernelarena.evaluate.executors.jobs import Job, JobResult, Timeouts
+from kernelarena.evaluate.executors.local import LocalExecutor
+from kernelarena.evaluate.executors.runner import Executor, plan, run_jobs
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.runner import Executor, plan, run_jobs
 from kernelarena.library import load_library
 
 TARGET_SPEEDUP_TWO_DEVICES = 1.8
@@ -80,7 +80,7 @@ def make_executor(kind: str, devices: list[str], timeouts: Timeouts) -> Executor
     list counts them), started in the Ray of this process (``main``)."""
     if kind == "local":
         return LocalExecutor(devices, timeouts, measure_ceilings=False)
-    from kernelarena.evaluate.ray_executor import RayExecutor
+    from kernelarena.evaluate.executors.ray_executor import RayExecutor
 
     return RayExecutor(
         timeouts=timeouts,

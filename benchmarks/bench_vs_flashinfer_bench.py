@@ -24,7 +24,7 @@ takes the mean of 50 calls, each timed with CUDA events after an L2 flush, launc
 kernelarena the median, as CUDA graph replays (launch gaps not counted) for calls under 100 us, and
 it also records the eager per-call time (eager_call_ms), the figure closer to the peer's there.
 Each of kernelarena's runs prints where its jobs' time went, as the engine records it (the stage
-table of ``evaluate/job_stages.py``, kept under ``stages`` in the JSON).
+table of ``evaluate/executors/job_stages.py``, kept under ``stages`` in the JSON).
 
 Both tools run on the GPUs of --gpus (CUDA_VISIBLE_DEVICES): FlashInfer-Bench takes every visible
 GPU and has no device option. Without a GPU only kernelarena runs (FlashInfer-Bench's runner needs
@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_engine import python_bytecode
 from benchmarks.harness import environment, write_report
-from kernelarena.evaluate.job_stages import stage_table
+from kernelarena.evaluate.executors.job_stages import stage_table
 
 try:
     from flashinfer_bench.data import (
@@ -298,7 +298,7 @@ def tool_environment(
 ) -> dict[str, str]:
     """Every cache a run fills lives under ``caches``: a new folder is a cold run, the same one
     again a warm run. ``bytecode``: where kernelarena keeps the bytecode of its processes on a
-    machine that keeps none (``kernelarena.evaluate.bytecode``); its "first" run starts with it
+    machine that keeps none (``kernelarena.evaluate.sandbox.bytecode``); its "first" run starts with it
     empty, its cold and warm runs find what the first one wrote."""
     env = base_environment(gpus)
     env["TRITON_CACHE_DIR"] = str(caches / "triton")
@@ -625,7 +625,7 @@ def planned_jobs(dataset: Path, on_gpu: bool) -> int:
     """The jobs ``kernelarena run rmsnorm_h4096 --suite all`` plans here (the built-in library
     loaded alongside, as the command does)."""
     from kernelarena.datasets import load_default
-    from kernelarena.evaluate.runner import plan
+    from kernelarena.evaluate.executors.runner import plan
 
     combined, _ = load_default(dataset)
     return len(plan(combined, [DEFINITION_NAME], None, "all", on_gpu))

@@ -28,16 +28,16 @@ from typing import Any
 import torch
 
 from kernelarena.compile.cache import sandbox_cache
-from kernelarena.evaluate.ceilings import measure_ceilings
-from kernelarena.evaluate.graph_timing import time_cuda_graph
-from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE
-from kernelarena.evaluate.timing import Timing, summarize, time_events_or_clock
+from kernelarena.evaluate.judge.ceilings import measure_ceilings
+from kernelarena.evaluate.sandbox.graph_timing import time_cuda_graph
+from kernelarena.evaluate.sandbox.solution_caches import LIBRARY_NAMESPACE
+from kernelarena.evaluate.sandbox.timing import Timing, summarize, time_events_or_clock
 
 RESULTS = Path(__file__).parent / "results"
 EVENT_PASSES = 3
 
 # The compiled peers' kernels come from the Inductor cache the engine's sandboxes use for the
-# library's solutions (``evaluate.solution_caches``: written by kernelarena's own code only), so a
+# library's solutions (``evaluate.sandbox.solution_caches``: written by kernelarena's own code only), so a
 # benchmark and ``kernelarena run`` on one machine time the same autotuned kernels: Inductor picks
 # a reduction's launch config by timing each at its first call, and at 128x4096 separate caches
 # gave the compiled rmsnorm and layernorm configs 13-23% apart in GPU time (H100 and H200,

@@ -2,7 +2,7 @@
 text summary beside it, so that one call on a GPU machine brings back where the time went.
 
 The judges profile themselves when ``KERNELARENA_WORKER_PROFILE`` names a folder as they start
-(``evaluate/worker.py``: ``worker-<pid>.prof``, written when they stop); the parent's profile is
+(``evaluate/judge/worker.py``: ``worker-<pid>.prof``, written when they stop); the parent's profile is
 ``parent.prof``. Read a summary with any pager, or a profile with ``python -m pstats FILE``.
 """
 

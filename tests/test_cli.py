@@ -85,7 +85,7 @@ def test_run_launches_its_workers_before_it_loads_the_schemas() -> None:
     schemas and loads the datasets (which then overlap its start), not after."""
     code = (
         "import sys\n"
-        "from kernelarena.evaluate.local import LocalExecutor\n"
+        "from kernelarena.evaluate.executors.local import LocalExecutor\n"
         "def launch(self):\n"
         "    print(sorted(m for m in ('kernelarena.data', 'torch') if m in sys.modules))\n"
         "    raise SystemExit(0)\n"

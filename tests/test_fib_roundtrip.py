@@ -13,7 +13,7 @@ import torch
 from kernelarena.compile import DependencyMissing, build_solution, builder_for
 from kernelarena.compile.torch_extension import TorchExtensionBuilder
 from kernelarena.data import Status, TraceSet
-from kernelarena.evaluate.benchmark import Benchmark
+from kernelarena.evaluate.executors.benchmark import Benchmark
 from kernelarena.evaluate.inputs import generate_inputs
 from kernelarena.evaluate.options import Options
 from tests.data import fib_shapes

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from kernelarena.cli import app
 from kernelarena.data import Status, Trace, TraceSet
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
 from tests.conftest import HAS_CUDA
 from tests.data import fib_shapes

@@ -38,7 +38,7 @@ from kernelarena.cli import app
 from kernelarena.compile import DependencyMissing, build_solution
 from kernelarena.compile import tilelang as tilelang_builder
 from kernelarena.data import Language, TraceSet
-from kernelarena.evaluate.runner import make_plan
+from kernelarena.evaluate.executors.runner import make_plan
 
 fib = pytest.importorskip(
     "flashinfer_bench.data",

@@ -1,6 +1,6 @@
-"""The packages import in one downward order (docs/architecture.md), and no module imports
-itself round a circle. Read from the source, not by importing it: every ``import`` statement
-counts, at module level or inside a function, except those under ``if TYPE_CHECKING:``."""
+"""The packages import in one downward order (docs/architecture.md), so do evaluate's wings,
+and no module imports itself round a circle. Read from the source, not by importing it: every
+``import`` statement counts, at module level or inside a function, except those under ``if TYPE_CHECKING:``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ LAYERS: list[list[set[str]]] = [
     [{"evaluate", "tune"}, {"dispatch"}, {"testing"}],
     [{"report"}, {"ops"}],
     [{"cli", "__main__"}],
+]
+
+# evaluate/ inside, bottom to top the same way: its own top-level modules (options, messages,
+# process_output, the old names), the sandbox, then the judge and the executors, neither on the
+# other: an executor starts a judge by its module path and speaks to it through the protocol.
+WINGS: list[list[set[str]]] = [
+    [{""}],
+    [{"sandbox"}],
+    [{"judge"}, {"executors"}],
 ]
 
 # No package holds a circle any more (evaluate/ held the last, through the worker's helpers).
@@ -123,6 +132,69 @@ def test_packages_import_downward_only() -> None:
             if their_level > level or (their_level == level and their_group != group):
                 wrong.append(f"{module} -> {target}")
     assert not wrong, "imports against the layer order (docs/architecture.md):\n" + "\n".join(wrong)
+
+
+def wing(module: str) -> str:
+    """The wing of evaluate/ a module of it is in ("" for the modules at its top)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in {"sandbox", "judge", "executors"} else ""
+
+
+def wing_position(module: str) -> tuple[int, int]:
+    for level, groups in enumerate(WINGS):
+        for index, group in enumerate(groups):
+            if wing(module) in group:
+                return level, index
+    raise AssertionError(f"{module}: in no wing of tests/test_layers.py")
+
+
+def test_wings_import_downward_only() -> None:
+    wrong = []
+    for module, targets in sorted(GRAPH.items()):
+        if part(module) != "evaluate":
+            continue
+        level, group = wing_position(module)
+        for target in sorted(t for t in targets if part(t) == "evaluate"):
+            their_level, their_group = wing_position(target)
+            if their_level > level or (their_level == level and their_group != group):
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports against the order of evaluate's wings:\n" + "\n".join(wrong)
+
+
+def test_every_wing_has_modules() -> None:
+    found = {wing(module) for module in GRAPH if part(module) == "evaluate"}
+    assert found == {"", "sandbox", "judge", "executors"}
+
+
+def _named_modules(path: Path) -> Iterator[str]:
+    """Every module a file names: in its imports, and in its strings (``python -m`` paths)."""
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except SyntaxError:  # a fixture that is wrong on purpose
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield from node.value.split()
+
+
+def test_nothing_uses_the_old_names_of_evaluate_modules() -> None:
+    """The old names (evaluate/old_names.py) are for code outside this repository."""
+    from kernelarena.evaluate.old_names import MOVED
+
+    wrong = sorted(
+        f"{path.relative_to(SOURCE.parent)}: {name}"
+        for folder in ("src", "tests", "benchmarks")
+        for path in (SOURCE.parent / folder).rglob("*.py")
+        if path.name not in {"old_names.py", "test_old_names.py"}
+        for name in set(_named_modules(path))
+        if name in MOVED
+    )
+    assert not wrong, "name the modules of evaluate/ by their wings:\n" + "\n".join(wrong)
 
 
 def test_dispatch_uses_only_the_public_api_of_compile() -> None:

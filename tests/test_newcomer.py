@@ -342,10 +342,19 @@ def test_the_report_names_registered_solutions_and_leads_with_gpus(
 
 def test_planning_a_definition_without_solutions_warns(tmp_path: Path) -> None:
     """``Benchmark(dataset).run_all()`` before ``import my_kernels``: a warning, not silence."""
-    from kernelarena.evaluate.runner import plan
+    from kernelarena.evaluate.executors.runner import plan
 
     made = TraceSet(root=tmp_path / "ds")
     made.add_definition(DEFINITION)
     made.add_workload("double_it", Workload(uuid="n8", axes={"n": 8}, inputs={"x": RandomInput()}))
     with pytest.warns(UserWarning, match="'double_it' has no solution: import the module that"):
         assert plan(made, suite="all") == []
+
+
+def test_the_performance_suite_on_a_cpu_says_its_workloads_need_a_gpu() -> None:
+    """The library's performance workloads run only on a GPU: asked for on a CPU, the run says
+    so, not that no workload is tagged performance."""
+    done = kernelarena("run", "silu_and_mul_fp32", "--device", "cpu", "--suite", "performance")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "its performance workloads run only on a GPU" in done.stdout, done.stdout
+    assert "try --suite all" in done.stdout

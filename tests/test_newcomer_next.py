@@ -86,7 +86,7 @@ def test_adding_a_solution_again_is_a_no_op_and_a_conflict_is_named(tmp_path: Pa
 
 
 def test_a_solutions_typo_lists_the_solutions_there_are() -> None:
-    from kernelarena.evaluate.runner import PlanError, make_plan
+    from kernelarena.evaluate.executors.runner import PlanError, make_plan
 
     made = TraceSet(root=None)
     made.add_definition(DEFINITION, persist=False)
@@ -125,7 +125,7 @@ def test_a_suite_a_cpu_cannot_run_says_so() -> None:
     advice, "try --suite all", would not have helped."""
     from kernelarena.cli.run_notes import why_nothing_runs
     from kernelarena.data import RandomInput
-    from kernelarena.evaluate.runner import make_plan
+    from kernelarena.evaluate.executors.runner import make_plan
 
     made = TraceSet(root=None)
     made.add_definition(DEFINITION, persist=False)

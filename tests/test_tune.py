@@ -22,7 +22,7 @@ from kernelarena.data import (
     Workload,
 )
 from kernelarena.datasets import load_default
-from kernelarena.evaluate.jobs import Job, JobResult
+from kernelarena.evaluate.executors.jobs import Job, JobResult
 from kernelarena.evaluate.options import Options, make_trace
 from kernelarena.library import load_library
 

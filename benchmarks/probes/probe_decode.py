@@ -52,9 +52,9 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernelarena.data import Workload
-from kernelarena.evaluate.ceilings import measure_ceilings
-from kernelarena.evaluate.graph_timing import capture_graph, time_replays
-from kernelarena.evaluate.timing import time_cpu, time_cuda
+from kernelarena.evaluate.judge.ceilings import measure_ceilings
+from kernelarena.evaluate.sandbox.graph_timing import capture_graph, time_replays
+from kernelarena.evaluate.sandbox.timing import time_cpu, time_cuda
 from kernelarena.runtime.compare import compare
 from kernelarena.runtime.inputs import allocate_outputs, generate_inputs, load_reference
 from kernelarena.testing import build, library_definition

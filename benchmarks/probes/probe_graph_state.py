@@ -4,7 +4,7 @@
     python benchmarks/probes/probe_graph_state.py SCENARIO    # one, in this process
 
 A 60-call graph of the Triton rmsnorm_bf16 solution at 128x4096 (sets and graph as
-``probe_small_shape_timing.py`` makes them, timed as ``evaluate.graph_timing.time_replays`` does),
+``probe_small_shape_timing.py`` makes them, timed as ``evaluate.sandbox.graph_timing.time_replays`` does),
 its per-call time before and after the scenario's step. On an H200 (2026-11-26,
 logs/timing_state_2026-11-26_s10.txt and _s11.txt): 2.31 us a call until work that allocates (a
 warm-up's results, a + b, the capture of torch eager code) has run on a stream other than the
@@ -15,7 +15,7 @@ allocate nothing on other streams change nothing. An H100 shows the same (2.48 a
 there, and on a fresh H200, the first process after the machine started was in the slow state from
 its start: the state is not the process's alone.
 
-``evaluate.graph_timing.capture_graph`` now settles every timing process in the lasting state
+``evaluate.sandbox.graph_timing.capture_graph`` now settles every timing process in the lasting state
 before its first graph (``settle_graph_state``, 2026-11-26, eleventh session); this probe marks
 the device settled first so that its scenarios still start from whatever state the process is in,
 and the ``settle`` scenario runs that step itself.
@@ -54,8 +54,8 @@ def _side_stream_work(device: torch.device, kernel: Callable[[], Any]) -> None:
 
 def run(scenario: str) -> str:
     from kernelarena.compile import build_solution
-    from kernelarena.evaluate import graph_timing
-    from kernelarena.evaluate.graph_timing import graph_calls, sets_filling_l2, time_replays
+    from kernelarena.evaluate.sandbox import graph_timing
+    from kernelarena.evaluate.sandbox.graph_timing import graph_calls, sets_filling_l2, time_replays
     from kernelarena.library import load_library
 
     device = torch.device("cuda:0")

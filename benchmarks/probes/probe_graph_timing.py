@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probe_decode import Shape, load_baseline
 
-from kernelarena.evaluate.graph_timing import capture_graph
-from kernelarena.evaluate.timing import lead_spin_cycles
+from kernelarena.evaluate.sandbox.graph_timing import capture_graph
+from kernelarena.evaluate.sandbox.timing import lead_spin_cycles
 from kernelarena.testing import build
 
 REPLAYS = 20
@@ -68,7 +68,7 @@ def bench_sets(shapes: str, run: Any, device: torch.device) -> list[dict]:
     timed by its timer (``time_cuda_graph``) and by ``time_graph`` above, in this process."""
     from benchmarks.bench_attention import decode_sets, prepared
 
-    from kernelarena.evaluate.graph_timing import time_cuda_graph
+    from kernelarena.evaluate.sandbox.graph_timing import time_cuda_graph
     from kernelarena.library import load_library
     from kernelarena.runtime.inputs import allocate_outputs
 

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.bench_nvfp4_gemv import INPUTS, bytes_moved, mismatch
 
-from kernelarena.evaluate.ceilings import measure_ceilings
-from kernelarena.evaluate.graph_timing import time_cuda_graph
+from kernelarena.evaluate.judge.ceilings import measure_ceilings
+from kernelarena.evaluate.sandbox.graph_timing import time_cuda_graph
 from kernelarena.testing import build, library_definition, reference
 
 READ_SOURCE = r"""

@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import probe_decode
 
-from kernelarena.evaluate.ceilings import measure_ceilings
+from kernelarena.evaluate.judge.ceilings import measure_ceilings
 from kernelarena.testing import build
 
 SOURCE = Path(__file__).parent / "read_floor" / "read_floor.cu"

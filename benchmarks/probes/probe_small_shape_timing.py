@@ -4,10 +4,10 @@
 
 Per solution of ``rmsnorm_bf16``, three passes each of: replays over input sets from the caching
 allocator (as ``benchmarks/bench_norms.py`` makes them), over sets copied into the engine's arena
-(``evaluate.arena.Arena``, as the judge shares them with a sandbox), and over the allocator's sets
+(``evaluate.sandbox.arena.Arena``, as the judge shares them with a sandbox), and over the allocator's sets
 with the GPU kept busy (``torch.cuda._sleep``) while the host submits the graph, so that the
 graph's launch falls outside the timed span; and the host's time to launch the graph. Timing as
-``evaluate.timing`` does it: as many sets as fill twice the L2, every set once per graph, results
+``evaluate.sandbox.timing`` does it: as many sets as fill twice the L2, every set once per graph, results
 held per set.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from kernelarena.compile import Runnable, build_solution
-from kernelarena.evaluate.arena import Arena
-from kernelarena.evaluate.graph_timing import (
+from kernelarena.evaluate.sandbox.arena import Arena
+from kernelarena.evaluate.sandbox.graph_timing import (
     capture_graph,
     graph_calls,
     held_per_set,
@@ -44,7 +44,7 @@ def allocator_sets(count: int, device: torch.device) -> Sets:
 
 
 def arena_sets(count: int, device: torch.device) -> tuple[Sets, Arena]:
-    """Fresh draws copied into the engine's arena (``evaluate.arena.Arena.share``), one set after
+    """Fresh draws copied into the engine's arena (``evaluate.sandbox.arena.Arena.share``), one set after
     another as the judge lays them out; the arena must outlive the sets."""
     arena = Arena(device)
     sets = []
@@ -69,7 +69,7 @@ def graph_of(solution: Runnable, sets: Sets, device: torch.device) -> Any:
 
 
 def replay_us(graph: Any, calls: int, device: torch.device, sleep_cycles: int = 0) -> float:
-    """Median per-call time of 30 replays: ``evaluate.timing.time_replays`` itself, or its loop with
+    """Median per-call time of 30 replays: ``evaluate.sandbox.timing.time_replays`` itself, or its loop with
     the GPU kept busy for ``sleep_cycles`` before each replay's start event."""
     if not sleep_cycles:
         return time_replays(graph, device, calls).median_ms * 1e3

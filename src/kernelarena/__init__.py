@@ -34,7 +34,7 @@ _EXPORTS = {
     "Solution": "kernelarena.data",
     "Workload": "kernelarena.data",
     "Trace": "kernelarena.data",
-    "Benchmark": "kernelarena.evaluate.benchmark",
+    "Benchmark": "kernelarena.evaluate.executors.benchmark",
     "register": "kernelarena.registry",
     "load_library": "kernelarena.library",
     "apply": "kernelarena.dispatch.apply",

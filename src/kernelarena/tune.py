@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from kernelarena.evaluate.devices import resolve_devices
-from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
+from kernelarena.evaluate.executors.devices import resolve_devices
+from kernelarena.evaluate.executors.jobs import Job, JobResult, Timeouts
+from kernelarena.evaluate.executors.runner import Executor, RunSummary, plan, run_jobs
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.runner import Executor, RunSummary, plan, run_jobs
 
 if TYPE_CHECKING:
     from kernelarena.data import TraceSet
@@ -178,7 +178,7 @@ def run_tune(
 
 def local_executor(devices: list[str], timeouts: Timeouts) -> Executor:
     """One worker per GPU, started now: they import torch while the datasets load."""
-    from kernelarena.evaluate.local import LocalExecutor
+    from kernelarena.evaluate.executors.local import LocalExecutor
 
     executor = LocalExecutor(devices, timeouts)
     executor.launch()

@@ -26,8 +26,8 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.benchmark import Benchmark
 from kernelarena.evaluate.compare import compare
+from kernelarena.evaluate.executors.benchmark import Benchmark
 from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference
 from kernelarena.evaluate.options import Options
 from tests.data import fib_shapes

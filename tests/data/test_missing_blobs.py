@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from kernelarena.cli import app
 from kernelarena.data import TraceSet
-from kernelarena.evaluate.runner import plan
+from kernelarena.evaluate.executors.runner import plan
 from tests.data import peer_dataset
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from kernelarena.cli import app
 from kernelarena.dispatch.aot import build_winners
-from kernelarena.evaluate.confined_build import build_in_sandbox
+from kernelarena.evaluate.sandbox.confined_build import build_in_sandbox
 from tests.dispatch.toys import (
     CPU,
     OTHER_GPU,

@@ -11,8 +11,8 @@ import torch
 
 import kernelarena
 from kernelarena.datasets import load_default
+from kernelarena.evaluate.executors.runner import plan
 from kernelarena.evaluate.inputs import generate_inputs, load_reference
-from kernelarena.evaluate.runner import plan
 from tests.dispatch.toys import toy_definition, toy_set
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "tiny_llama.py"

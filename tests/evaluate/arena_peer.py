@@ -30,8 +30,8 @@ def main(fd: int, device_name: str) -> None:
     conn = Connection(fd)
     import torch
 
-    from kernelarena.evaluate.arena import open_buffers, view_layout
-    from kernelarena.evaluate.descriptors import receive_fds
+    from kernelarena.evaluate.sandbox.arena import open_buffers, view_layout
+    from kernelarena.evaluate.sandbox.descriptors import receive_fds
 
     device = torch.device(device_name)
     if device.type == "cuda":

@@ -13,13 +13,13 @@ import pytest
 import kernelarena.runtime.compare as judge_module
 from kernelarena.compile.cache import cache_root, sandbox_cache
 from kernelarena.data import Status, Trace
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.bytecode import bytecode_folder
-from kernelarena.evaluate.confine import landlock_abi
-from kernelarena.evaluate.isolation import walls
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE
+from kernelarena.evaluate.sandbox.bytecode import bytecode_folder
+from kernelarena.evaluate.sandbox.confine import landlock_abi
+from kernelarena.evaluate.sandbox.isolation import walls
+from kernelarena.evaluate.sandbox.solution_caches import LIBRARY_NAMESPACE
 from tests.evaluate.bad_solutions import FIXTURES, trace_set
 
 ADVERSARIES = Path(__file__).parent.parent / "fixtures" / "adversarial"

@@ -17,8 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelarena.evaluate.arena import CHUNK_BYTES, Arena, Handoff, open_buffers, view_layout
-from kernelarena.evaluate.descriptors import send_fds
+from kernelarena.evaluate.sandbox.arena import (
+    CHUNK_BYTES,
+    Arena,
+    Handoff,
+    open_buffers,
+    view_layout,
+)
+from kernelarena.evaluate.sandbox.descriptors import send_fds
 
 ROOT = Path(__file__).resolve().parents[2]
 # A PID namespace needs a /proc of its own for CUDA: with the host's, the driver's initialisation
@@ -215,7 +221,7 @@ def test_the_driver_structures_have_cuda_h_layouts() -> None:
     field off by four bytes would request another handle type or device without an error."""
     import ctypes
 
-    from kernelarena.evaluate import arena_cuda
+    from kernelarena.evaluate.sandbox import arena_cuda
 
     prop = arena_cuda._AllocationProp
     assert ctypes.sizeof(prop) == 32
@@ -227,7 +233,7 @@ def test_the_driver_structures_have_cuda_h_layouts() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without the CUDA driver")
 def test_without_a_driver_vmm_is_unavailable_with_a_reason() -> None:
-    from kernelarena.evaluate import arena_cuda
+    from kernelarena.evaluate.sandbox import arena_cuda
 
     reason = arena_cuda.vmm_unavailable(0)
     assert reason is not None and "libcuda.so.1" in reason
@@ -252,7 +258,7 @@ def test_a_peer_in_its_own_pid_namespace_shares_gpu_buffers_both_ways() -> None:
 
 @pytest.mark.gpu
 def test_gpu_large_sets_are_freed_with_the_set_and_the_arena() -> None:
-    from kernelarena.evaluate import arena_cuda
+    from kernelarena.evaluate.sandbox import arena_cuda
 
     device = torch.device("cuda:0")
     arena = Arena(device)
@@ -285,7 +291,7 @@ def test_gpu_large_sets_are_freed_with_the_set_and_the_arena() -> None:
 def test_without_vmm_the_gpu_falls_back_to_a_pool_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kernelarena.evaluate import arena_cuda
+    from kernelarena.evaluate.sandbox import arena_cuda
 
     monkeypatch.setattr(arena_cuda, "vmm_unavailable", lambda index: "a test says so")
     arena = Arena(torch.device("cuda:0"))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kernelarena.data import BuildSpec, Evaluation, Solution, SourceFile, Status, TraceSet
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
 from tests.dispatch.toys import toy_definition, workload
 

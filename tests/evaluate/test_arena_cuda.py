@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from kernelarena.evaluate import arena_cuda
+from kernelarena.evaluate.sandbox import arena_cuda
 
 GRANULARITY = 2 << 20
 EXPORTED_FD = 77

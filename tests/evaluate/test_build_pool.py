@@ -14,16 +14,16 @@ import pytest
 from kernelarena.compile import CachedBuildError, build_solution, first_error
 from kernelarena.compile.cache import sandbox_cache
 from kernelarena.data import BuildSpec, Solution, SourceFile, Status, TraceSet
-from kernelarena.evaluate.build_pool import (
+from kernelarena.evaluate.executors.build_pool import (
     BuildOutcome,
     BuildPool,
     build_target,
     pool_slots,
 )
-from kernelarena.evaluate.jobs import JobResult, Timeouts
-from kernelarena.evaluate.local import LocalExecutor
-from kernelarena.evaluate.runner import plan, run_jobs
-from kernelarena.evaluate.solution_caches import namespace_of
+from kernelarena.evaluate.executors.jobs import JobResult, Timeouts
+from kernelarena.evaluate.executors.local import LocalExecutor
+from kernelarena.evaluate.executors.runner import plan, run_jobs
+from kernelarena.evaluate.sandbox.solution_caches import namespace_of
 from tests import cli_process
 from tests.evaluate.bad_solutions import DEFINITION, trace_set
 

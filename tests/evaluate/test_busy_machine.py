@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from kernelarena.data import Status
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.jobs import Timeouts
-from kernelarena.evaluate.judge_clock import _cpu_ticks, cpu_time_clock
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
+from kernelarena.evaluate.judge.judge_clock import _cpu_ticks, cpu_time_clock
 from kernelarena.evaluate.options import Options
 from tests.evaluate.bad_solutions import FIXTURES, trace_set
 

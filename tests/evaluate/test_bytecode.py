@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelarena.evaluate import bytecode
-from kernelarena.evaluate.worker import _sandbox_writable
+from kernelarena.evaluate.judge.worker import _sandbox_writable
+from kernelarena.evaluate.sandbox import bytecode
 
 
 @pytest.fixture

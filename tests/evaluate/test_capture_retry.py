@@ -23,8 +23,8 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
 
 DEFINITION = Definition(
@@ -129,3 +129,5 @@ def test_solutions_that_synchronize_inside_their_call_pass_timed_with_events(
         assert evaluation.status is Status.PASSED, f"{trace.solution}:\n{evaluation.log}"
         assert evaluation.performance is not None
         assert evaluation.performance.timing_mode in ("cuda_events_l2_flush", "cuda_events")
+        # Its capture failed: apply must never pick it inside one.
+        assert evaluation.performance.capturable is False, evaluation.performance

@@ -216,6 +216,6 @@ def test_the_input_check_reads_the_device_once_and_names_the_first_change(
 def test_the_judges_warm_up_runs_the_checks_it_warms() -> None:
     """The judge's start-up warm-up (run in the background on a GPU, where it swallows errors) does
     real draws, poisons and compares: here it runs in the open and must not raise."""
-    from kernelarena.evaluate.warm_up import judge_ops_once
+    from kernelarena.evaluate.judge.warm_up import judge_ops_once
 
     judge_ops_once(torch.device("cpu"))

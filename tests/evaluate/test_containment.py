@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kernelarena.data import Status
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
 from tests.evaluate.bad_solutions import CPU_CASES, GPU_CASES, trace_set
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kernelarena.data import DType, Status, Tolerance
-from kernelarena.evaluate.timing_check import verify_graph
-from kernelarena.evaluate.verdicts import CheckFailed
+from kernelarena.evaluate.judge.timing_check import verify_graph
+from kernelarena.evaluate.judge.verdicts import CheckFailed
 
 FACTOR = 1.5
 TOLERANCE = Tolerance(atol=1e-6, rtol=1e-6)
@@ -118,7 +118,7 @@ def test_a_graph_that_skips_or_caches_the_work_is_rejected(dps: bool, graph: str
 def test_the_graph_check_compares_where_each_set_is_called_once_a_replay(
     monkeypatch: pytest.MonkeyPatch, sets: int, in_place: bool, compared: bool
 ) -> None:
-    from kernelarena.evaluate import timing_check
+    from kernelarena.evaluate.judge import timing_check
 
     seen: dict[str, Any] = {}
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelarena.data import BuildSpec, Solution, SourceFile, Status, TraceSet
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
 from tests.dispatch.toys import inplace_definition, workload
 

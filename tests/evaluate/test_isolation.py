@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelarena.evaluate import isolation, seccomp
-from kernelarena.evaluate.confine import confine_sandbox
-from kernelarena.evaluate.sandboxes import Sandbox
+from kernelarena.evaluate.sandbox import isolation, seccomp
+from kernelarena.evaluate.sandbox.confine import confine_sandbox
+from kernelarena.evaluate.sandbox.sandboxes import Sandbox
 
 SOURCE = Path(__file__).parents[2] / "src"
 
@@ -45,7 +45,7 @@ def test_system_call_numbers_match_libseccomp(machine: str) -> None:
 
 _FILTERED = """
 import ctypes, fcntl, os, socket, subprocess, termios
-from kernelarena.evaluate import seccomp
+from kernelarena.evaluate.sandbox import seccomp
 print(seccomp.load())
 libc = ctypes.CDLL(None, use_errno=True)
 def refused(call):
@@ -137,7 +137,7 @@ def test_the_judge_reads_a_fixed_tail_of_a_huge_log(tmp_path: Path) -> None:
 
 
 _AS_A_USER = """
-from kernelarena.evaluate.isolation import trial
+from kernelarena.evaluate.sandbox.isolation import trial
 where, confinement = trial()
 print(where)
 print(confinement)
@@ -240,7 +240,7 @@ def test_doctor_says_cpu_sandboxes_fork_where_the_walls_stand() -> None:
     from typer.testing import CliRunner
 
     from kernelarena.cli import app
-    from kernelarena.evaluate.isolation import walls
+    from kernelarena.evaluate.sandbox.isolation import walls
 
     if not walls().available:
         pytest.skip(f"no namespaces on this machine: {walls().why_not}")
@@ -266,7 +266,7 @@ def test_doctor_says_references_run_in_the_judge_when_asked(
 def test_compilers_outside_the_system_folders_are_bound_with_their_prefix(tmp_path: Path) -> None:
     """A GPU image's gcc in /opt/gcc/bin (named by CXX): torch's extension builds, nvcc's -ccbin
     and Triton's launcher build call it, and it needs its whole prefix."""
-    from kernelarena.evaluate.isolation import compiler_paths
+    from kernelarena.evaluate.sandbox.isolation import compiler_paths
 
     prefix = tmp_path / "gcc"
     (prefix / "bin").mkdir(parents=True)

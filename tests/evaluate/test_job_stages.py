@@ -7,12 +7,17 @@ from typing import Any
 
 import pytest
 
-from kernelarena.evaluate.job_stages import NEW_SANDBOX, StageTotals, phase_means, stage_table
-from kernelarena.evaluate.jobs import Timeouts
-from kernelarena.evaluate.local import LocalExecutor
+from kernelarena.evaluate.executors.job_stages import (
+    NEW_SANDBOX,
+    StageTotals,
+    phase_means,
+    stage_table,
+)
+from kernelarena.evaluate.executors.jobs import Timeouts
+from kernelarena.evaluate.executors.local import LocalExecutor
+from kernelarena.evaluate.executors.runner import plan, run_jobs
+from kernelarena.evaluate.judge.stage_clock import StageClock
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.runner import plan, run_jobs
-from kernelarena.evaluate.stage_clock import StageClock
 from tests.evaluate.bad_solutions import trace_set
 
 

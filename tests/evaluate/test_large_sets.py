@@ -21,8 +21,8 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
 from tests.data.peer_dataset import DEFINITION
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelarena.evaluate import leftovers
-from kernelarena.evaluate.leftovers import OWNER_FILE, mark_owner, owner_gone, sweep
+from kernelarena.evaluate.executors import leftovers
+from kernelarena.evaluate.executors.leftovers import OWNER_FILE, mark_owner, owner_gone, sweep
 
 
 def _folder(root: Path, name: str) -> Path:
@@ -24,7 +24,7 @@ def _owned_by_a_dead_process(folder: Path) -> None:
     """An owner file written by a process that has exited since."""
     script = (
         "import sys; from pathlib import Path; "
-        "from kernelarena.evaluate.leftovers import mark_owner; mark_owner(Path(sys.argv[1]))"
+        "from kernelarena.evaluate.executors.leftovers import mark_owner; mark_owner(Path(sys.argv[1]))"
     )
     subprocess.run([sys.executable, "-c", script, str(folder)], check=True)
     assert (folder / OWNER_FILE).exists()

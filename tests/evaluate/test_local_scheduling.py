@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from kernelarena.evaluate.jobs import Job
-from kernelarena.evaluate.local import LocalExecutor, _Worker
+from kernelarena.evaluate.executors.jobs import Job
+from kernelarena.evaluate.executors.local import LocalExecutor, _Worker
+from kernelarena.evaluate.executors.runner import plan
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.runner import plan
 from tests.evaluate.bad_solutions import solution, trace_set
 
 

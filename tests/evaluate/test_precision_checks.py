@@ -2,7 +2,7 @@
 right only on the distribution the inputs usually come from (a copy for a normalization of rows
 already normal), caught by the trials' other distributions; and one that computes in a lower
 precision than the definition's dtype, caught by its error against the reference computed in
-float64, measured against the reference's own (``evaluate.error_ratio``)."""
+float64, measured against the reference's own (``evaluate.sandbox.error_ratio``)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
 
 # Rows normalised to zero mean and unit variance, with a tolerance loose enough that leaving rows

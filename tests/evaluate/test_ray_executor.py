@@ -26,13 +26,13 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.jobs import Job, JobResult, Timeouts
-from kernelarena.evaluate.local import LocalExecutor
+from kernelarena.evaluate.executors.jobs import Job, JobResult, Timeouts
+from kernelarena.evaluate.executors.local import LocalExecutor
+from kernelarena.evaluate.executors.ray_actor import RAY_MISSING, import_ray
+from kernelarena.evaluate.executors.ray_executor import RayExecutor
+from kernelarena.evaluate.executors.ray_placement import actors_that_fit
+from kernelarena.evaluate.executors.runner import Executor, plan, run_jobs
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.ray_actor import RAY_MISSING, import_ray
-from kernelarena.evaluate.ray_executor import RayExecutor
-from kernelarena.evaluate.ray_placement import actors_that_fit
-from kernelarena.evaluate.runner import Executor, plan, run_jobs
 from tests.evaluate.bad_solutions import CPU_CASES, DEFINITION, solution, trace_set
 from tests.evaluate.test_build_pool import BAD, GOOD, UNDEFINED, needs_nvcc
 

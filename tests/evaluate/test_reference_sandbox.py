@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from kernelarena.data import AxisVar, Definition, RandomInput, TensorSpec, Workload
-from kernelarena.evaluate.crosscheck import EVENT_MODES
+from kernelarena.evaluate.judge.crosscheck import EVENT_MODES
+from kernelarena.evaluate.judge.reference_sandbox import SandboxedReference
+from kernelarena.evaluate.judge.references import InJudgeReference, Reference
+from kernelarena.evaluate.judge.shared_sets import Job
 from kernelarena.evaluate.options import Options
-from kernelarena.evaluate.reference_sandbox import SandboxedReference
-from kernelarena.evaluate.references import InJudgeReference, Reference
-from kernelarena.evaluate.sandboxes import Sandboxes
-from kernelarena.evaluate.shared_sets import Job
+from kernelarena.evaluate.sandbox.sandboxes import Sandboxes
 from kernelarena.library import load_library
 
 # Library definitions whose make_inputs shape their inputs, with the params that do it.
@@ -227,5 +227,39 @@ def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandbox
         other, _ = there.outputs(job, changed)
         assert asked == ["make_inputs", "expect", "expect"]
         assert not torch.equal(other["out"], expected["out"])
+    finally:
+        there.close()
+
+
+def test_a_reference_out_of_memory_once_is_run_again_with_its_memory_given_back(
+    sandboxes: Sandboxes,
+) -> None:
+    """On the largest sets the judge, the paused solution and the reference's sandbox each hold a
+    copy: a reference that runs out of memory once (an H200's attention_decode_fp16 at batch 64
+    and 32k keys) is run again after its sandbox gives back what it keeps, not reported broken."""
+    definition = Definition(
+        name="out_of_memory_once",
+        op_type="test",
+        axes={"n": AxisVar()},
+        inputs={"x": TensorSpec(shape=["n"], dtype="float32")},
+        outputs={"y": TensorSpec(shape=["n"], dtype="float32")},
+        reference=(
+            "import torch\n\n_CALLS = []\n\n\ndef run(x):\n"
+            "    _CALLS.append(1)\n"
+            "    if len(_CALLS) == 1:\n"
+            "        raise torch.OutOfMemoryError('CUDA out of memory (the first call only)')\n"
+            "    return x * 2\n"
+        ),
+    )
+    workload = Workload(uuid="oom", axes={"n": 8}, inputs={"x": RandomInput()})
+    device = torch.device("cpu")
+    there = SandboxedReference(definition, device, sandboxes)
+    try:
+        there.ready(60.0)
+        job = _job(definition, workload, there)
+        drawn = there.draw(job, device, 1, (1.0, 0.0))
+        expected, _ = there.outputs(job, drawn)
+        assert isinstance(drawn["x"], torch.Tensor)
+        _same(expected["y"], drawn["x"] * 2, "y")
     finally:
         there.close()

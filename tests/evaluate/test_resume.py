@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernelarena.data import TraceSet
-from kernelarena.evaluate.leftovers import OWNER_FILE
+from kernelarena.evaluate.executors.leftovers import OWNER_FILE
 from tests.evaluate.bad_solutions import DEFINITION, solution, trace_set
 
 SIZES = tuple(range(100, 1700, 100))  # 16 workloads
@@ -81,7 +81,7 @@ def test_sigkill_then_resume_runs_every_job_once(tmp_path: Path) -> None:
         _command(dataset, "--resume"), env=environment, capture_output=True, text=True, timeout=240
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    # The killed run could not remove its folders; the resumed one did (evaluate/leftovers.py).
+    # The killed run could not remove its folders; the resumed one did (evaluate/executors/leftovers.py).
     left = [f for f in killed_folders if f.exists()]
     assert not left, f"folders of the killed run left behind: {left}"
     assert (

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelarena.evaluate.confine import descendants, kill_all
-from kernelarena.evaluate.sandboxes import Sandboxes
+from kernelarena.evaluate.sandbox.confine import descendants, kill_all
+from kernelarena.evaluate.sandbox.sandboxes import Sandboxes
 
 
 @pytest.fixture(autouse=True)

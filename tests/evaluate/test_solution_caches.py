@@ -1,4 +1,4 @@
-"""Each solution's caches in a folder of its own (``evaluate.solution_caches``)."""
+"""Each solution's caches in a folder of its own (``evaluate.sandbox.solution_caches``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kernelarena.compile.cache import sandbox_cache
-from kernelarena.evaluate.confine import landlock_abi
-from kernelarena.evaluate.solution_caches import LIBRARY_NAMESPACE, namespace_of
+from kernelarena.evaluate.sandbox.confine import landlock_abi
+from kernelarena.evaluate.sandbox.solution_caches import LIBRARY_NAMESPACE, namespace_of
 from kernelarena.library import load_library
 from tests import cli_process
 
@@ -42,8 +42,8 @@ def test_a_sandbox_that_entered_its_namespace_writes_there_and_nowhere_else(
         import os, sys
         from pathlib import Path
         from kernelarena.compile.cache import cache_root, sandbox_cache, sandbox_caches_root
-        from kernelarena.evaluate import solution_caches
-        from kernelarena.evaluate.confine import confine_writes
+        from kernelarena.evaluate.sandbox import solution_caches
+        from kernelarena.evaluate.sandbox.confine import confine_writes
 
         root, trusted = sandbox_caches_root(), cache_root()
         mine, others = sandbox_cache("mine"), [sandbox_cache("other"), trusted]

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 import torch
 
-from kernelarena.evaluate import graph_timing
-from kernelarena.evaluate.graph_timing import (
+from kernelarena.evaluate.sandbox import graph_timing
+from kernelarena.evaluate.sandbox.graph_timing import (
     capture_graph,
     held_per_set,
     prefers_graph,
     probe_cuda_graph,
     time_cuda_graph,
 )
-from kernelarena.evaluate.timing import Timing, summarize
+from kernelarena.evaluate.sandbox.timing import Timing, summarize
 
 
 def _timing(ms: float) -> Timing:
@@ -192,8 +192,8 @@ def _second_look(
     """agreed_clock on a 10 us report timed in ``mode``, the judge's first clock ``first_ms`` a
     call and any later one ``second_ms``, the CPU-time clock ``cpu_time_ms`` (None: off the CPU);
     returns (clock, note, timing recorded) or the exception raised, and the spans asked for."""
-    from kernelarena.evaluate import judge_clock
-    from kernelarena.evaluate.crosscheck import JudgeClock, TimingRejected
+    from kernelarena.evaluate.judge import judge_clock
+    from kernelarena.evaluate.judge.crosscheck import JudgeClock, TimingRejected
 
     spans: list[float] = []
 
@@ -226,7 +226,7 @@ def test_a_report_the_first_clock_contradicts_gets_a_longer_second_look(
 
 
 def test_a_forged_time_is_rejected_by_the_second_look_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelarena.evaluate.crosscheck import TimingRejected
+    from kernelarena.evaluate.judge.crosscheck import TimingRejected
 
     rejected, spans = _second_look(monkeypatch, first_ms=1.9, second_ms=1.8)
     assert isinstance(rejected, TimingRejected) and "1800 us" in str(rejected)
@@ -239,7 +239,7 @@ def test_on_a_busy_cpu_the_sandboxs_cpu_time_has_the_last_word(
     """Both wall clocks stretched by other programs (1.9 and 1.8 ms for a 10 us call): the CPU
     time the kernel counted for the sandbox (12 us a call) agrees, so the report stands, and the
     trace says why; a CPU time that does not agree (2 ms) still rejects a forged 10 us."""
-    from kernelarena.evaluate.crosscheck import TimingRejected
+    from kernelarena.evaluate.judge.crosscheck import TimingRejected
 
     (clock, note, _), spans = _second_look(monkeypatch, 1.9, 1.8, cpu_time_ms=0.012)
     assert clock.eager_call_ms == 0.012 and "the machine was busy" in note and spans == [10.0]
@@ -254,7 +254,7 @@ def test_an_event_timed_call_the_judge_finds_slower_gets_the_judges_figure(
     (a host synchronization inside it: seen on an H100 for a published CUDA solution): not
     rejected, and the judge's figure, which holds the host's part too, is recorded; a forged
     timer gains nothing by it. Below the physical floor it is still rejected."""
-    from kernelarena.evaluate.crosscheck import TimingRejected
+    from kernelarena.evaluate.judge.crosscheck import TimingRejected
 
     (clock, note, recorded), _ = _second_look(monkeypatch, 0.031, 0.030, mode="cuda_events")
     assert recorded.median_ms == clock.eager_call_ms == 0.030
@@ -296,8 +296,8 @@ def test_value_results_are_held_per_set_so_outputs_rotate_as_destinations_do() -
 def _passes_unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stand-in sandboxes below compute nothing: the checks of each pass (``pass_check``,
     tested through the engine) are left out of these tests of the clocks' arithmetic."""
-    from kernelarena.evaluate import judge_clock
-    from kernelarena.evaluate.verdicts import expect_success
+    from kernelarena.evaluate.judge import judge_clock
+    from kernelarena.evaluate.judge.verdicts import expect_success
 
     monkeypatch.setattr(judge_clock, "before_pass", lambda sets, timed: None)
     monkeypatch.setattr(
@@ -321,7 +321,7 @@ class _Sandbox:
 def _submit(host_ms: list[Any], eager_call_ms: float, sets: int = 2) -> tuple[Any, _Sandbox]:
     from types import SimpleNamespace
 
-    from kernelarena.evaluate.judge_clock import host_submit_ms
+    from kernelarena.evaluate.judge.judge_clock import host_submit_ms
 
     sandbox = _Sandbox(host_ms)
     timed = [SimpleNamespace(id=i) for i in range(sets)]
@@ -329,7 +329,7 @@ def _submit(host_ms: list[Any], eager_call_ms: float, sets: int = 2) -> tuple[An
 
 
 def test_the_submit_time_is_the_least_burst_per_call_capped_by_the_judges_clock() -> None:
-    from kernelarena.evaluate.judge_clock import SUBMIT_BURST
+    from kernelarena.evaluate.judge.judge_clock import SUBMIT_BURST
 
     figure, sandbox = _submit([0.64, 0.32, 0.48], eager_call_ms=0.05)
     assert figure == pytest.approx(0.32 / SUBMIT_BURST)
@@ -354,7 +354,7 @@ def _eager_batches(call_ms: float, sets: int, fixed_ms: float = 0.0) -> tuple[fl
     """eager_clock against a sandbox whose calls take ``call_ms``: (ms a call, calls per request)."""
     from types import SimpleNamespace
 
-    from kernelarena.evaluate.judge_clock import eager_clock
+    from kernelarena.evaluate.judge.judge_clock import eager_clock
 
     asked: list[int] = []
 
@@ -373,7 +373,7 @@ def test_the_judges_eager_batches_hold_at_least_the_minimum_of_calls() -> None:
     """A millisecond call would fill the 2 ms span in two calls, where the first launch and the
     last synchronization weigh as much as the difference between solutions; a call of 20 ms
     needs no more than the sets once."""
-    from kernelarena.evaluate.judge_clock import DIFFERENCE_BATCHES, EAGER_MIN_CALLS
+    from kernelarena.evaluate.judge.judge_clock import DIFFERENCE_BATCHES, EAGER_MIN_CALLS
 
     per_call, asked = _eager_batches(1.0, sets=3)
     # Whole rounds, at least EAGER_MIN_CALLS; then batches of that many and twice as many.
@@ -389,7 +389,11 @@ def test_a_difference_swamped_by_noise_is_never_zero() -> None:
     (an upper bound), never the 0 that once ranked an honest solution first in apply."""
     from types import SimpleNamespace
 
-    from kernelarena.evaluate.judge_clock import DIFFERENCE_BATCHES, DIFFERENCE_RETRIES, _per_call
+    from kernelarena.evaluate.judge.judge_clock import (
+        DIFFERENCE_BATCHES,
+        DIFFERENCE_RETRIES,
+        _per_call,
+    )
 
     def clock_for(walls: list[float]) -> tuple[float, list[int]]:
         asked: list[int] = []
@@ -427,8 +431,8 @@ def test_the_eager_figure_keeps_the_lesser_of_two_looks() -> None:
     not raise a figure either."""
     from types import SimpleNamespace
 
-    from kernelarena.evaluate.crosscheck import JudgeClock
-    from kernelarena.evaluate.judge_clock import eager_clock, eager_second_look
+    from kernelarena.evaluate.judge.crosscheck import JudgeClock
+    from kernelarena.evaluate.judge.judge_clock import eager_clock, eager_second_look
 
     stalled = [True]
 
@@ -457,7 +461,7 @@ def test_the_timing_loops_take_back_any_l2_set_aside_for_persisting_lines() -> N
     it taken back before the next timed call."""
     import ctypes
 
-    from kernelarena.evaluate.timing import reset_persisting_l2
+    from kernelarena.evaluate.sandbox.timing import reset_persisting_l2
 
     torch.cuda.synchronize()
     driver = ctypes.CDLL("libcuda.so.1")
@@ -473,7 +477,7 @@ def test_a_graph_of_no_work_is_not_rejected_for_the_judges_synchronization() -> 
     """An empty batch's graph replays in 0.02 us a call; the judge's replay clock, one
     synchronization per batch, read 0.04 us on an H100. A ratio that wide at that scale hides
     nothing; the same ratio a microsecond up is still rejected."""
-    from kernelarena.evaluate.crosscheck import JudgeClock, TimingRejected, check_reported
+    from kernelarena.evaluate.judge.crosscheck import JudgeClock, TimingRejected, check_reported
 
     empty = summarize([0.019e-3] * 9, "cuda_graph")
     check_reported(empty, JudgeClock(eager_call_ms=0.01, graph_call_ms=0.042e-3), 0.0)

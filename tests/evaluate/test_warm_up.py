@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from kernelarena.evaluate.warm_up import JudgeWarmUp
+from kernelarena.evaluate.judge.warm_up import JudgeWarmUp
 
 
 def test_join_returns_once_the_warm_up_has_done_all_its_work() -> None:

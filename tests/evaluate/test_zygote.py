@@ -1,4 +1,4 @@
-"""CPU sandboxes forked from a zygote (``evaluate.zygote``): one per solution, each PID 1 of
+"""CPU sandboxes forked from a zygote (``evaluate.sandbox.zygote``): one per solution, each PID 1 of
 namespaces of its own, gone with everything it started once retired. What a fork can see and
 reach is the red-team suite's (``redteam/test_redteam.py``: ``looks_around`` and the attacks)."""
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelarena.evaluate.confine import descendants
-from kernelarena.evaluate.forked import ForkedProcess
-from kernelarena.evaluate.isolation import walls
-from kernelarena.evaluate.sandboxes import Sandboxes
+from kernelarena.evaluate.sandbox.confine import descendants
+from kernelarena.evaluate.sandbox.forked import ForkedProcess
+from kernelarena.evaluate.sandbox.isolation import walls
+from kernelarena.evaluate.sandbox.sandboxes import Sandboxes
 
 pytestmark = pytest.mark.skipif(
     not walls().available, reason=f"no namespaces on this machine: {walls().why_not}"

@@ -341,7 +341,7 @@ def test_decode_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     for (batch, q_heads, kv_heads, max_seq), (splits, combine) in expected.items():
         got, config = module.plan(batch, q_heads, kv_heads, max_seq, 128, gpu)
         assert (got, config["combine"]) == (splits, combine), (batch, q_heads, kv_heads, max_seq)
-        assert config["pdl"] == "graph" and config["BLOCK_N"] == 64
+        assert config["pdl"] is False and config["BLOCK_N"] == 64
         if batch * kv_heads <= 132:
             assert batch * kv_heads * got <= 132
     splits, config = module.plan(1, 32, 8, 8192, 128, torch.device("cpu"))

@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 
 from kernelarena.data import Performance, Status
-from kernelarena.evaluate.jobs import Job, JobResult
+from kernelarena.evaluate.executors.jobs import Job, JobResult
 from kernelarena.evaluate.options import make_trace
 from kernelarena.report.progress import RunProgress, duration, plan_summary
 from tests.report.synthetic import H100, definition, environment, solution, workload

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelarena.data import Definition, TraceSet
-from kernelarena.evaluate.runner import PlanError, select_definitions
+from kernelarena.evaluate.executors.runner import PlanError, select_definitions
 from kernelarena.runtime.names import UnknownNames, definitions_named
 
 

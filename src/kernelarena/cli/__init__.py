@@ -7,7 +7,7 @@ module per group of commands; each registers its commands on ``app`` when import
 
 from __future__ import annotations
 
-from kernelarena.evaluate.bytecode import keep_bytecode_here
+from kernelarena.evaluate.sandbox.bytecode import keep_bytecode_here
 
 keep_bytecode_here()  # before the imports below, which it speeds up where no bytecode is kept
 

@@ -81,8 +81,8 @@ def show(name: NameArgument, dataset: DatasetOption = None, imports: ImportOptio
 
 def _show_solutions(combined: TraceSet, name: str, imports: list[str] | None) -> None:
     """Each solution with its language and targets, and why it cannot run here when so."""
-    from kernelarena.evaluate.devices import visible_gpu_count
-    from kernelarena.evaluate.runner import left_out_here
+    from kernelarena.evaluate.executors.devices import visible_gpu_count
+    from kernelarena.evaluate.executors.runner import left_out_here
 
     solutions = combined.solutions_for(name)
     console.print(f"[bold]solutions[/bold] ({len(solutions)})")

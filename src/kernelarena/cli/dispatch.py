@@ -91,8 +91,8 @@ def build_command(
     import os
 
     from kernelarena.dispatch.aot import build_winners
-    from kernelarena.evaluate.build_pool import pool_outcomes
-    from kernelarena.evaluate.confined_build import build_in_sandbox
+    from kernelarena.evaluate.executors.build_pool import pool_outcomes
+    from kernelarena.evaluate.sandbox.confined_build import build_in_sandbox
 
     if retry_failed:  # read by every build, the confined ones included
         os.environ["KERNELARENA_RETRY_FAILED_BUILDS"] = "1"

@@ -13,9 +13,9 @@ def doctor() -> None:
     """Start a process confined as a sandbox is and say which protections held, which did not
     and why (namespaces, file-system view, capabilities, Landlock, seccomp, resource limits);
     then whether apply's hot path is compiled here (and if not, why)."""
-    from kernelarena.evaluate.confine import landlock_abi
-    from kernelarena.evaluate.isolation import find_bwrap, trial, walls
     from kernelarena.evaluate.options import where_references_run
+    from kernelarena.evaluate.sandbox.confine import landlock_abi
+    from kernelarena.evaluate.sandbox.isolation import find_bwrap, trial, walls
 
     found = walls()
     user = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
@@ -31,9 +31,10 @@ def doctor() -> None:
     console.print(f"a sandbox started now ({where or 'did not start'}):")
     console.print(f"  {confinement}", markup=False)
     console.print(f"CPU sandboxes: {_cpu_sandboxes()}", markup=False)
-    from kernelarena.dispatch import fastcall
+    from kernelarena.dispatch import fastcall, tensorcheck
 
     console.print(f"apply fast path: {fastcall.status()}", markup=False)
+    console.print(f"apply tensor guard: {tensorcheck.status()}", markup=False)
     console.print(f"definitions' references: {where_references_run()}", markup=False)
 
 
@@ -42,9 +43,9 @@ def _cpu_sandboxes() -> str:
     import tempfile
     from pathlib import Path
 
-    from kernelarena.evaluate.forked import ForkedProcess
-    from kernelarena.evaluate.isolation import walls
-    from kernelarena.evaluate.sandboxes import SandboxDied, Sandboxes
+    from kernelarena.evaluate.sandbox.forked import ForkedProcess
+    from kernelarena.evaluate.sandbox.isolation import walls
+    from kernelarena.evaluate.sandbox.sandboxes import SandboxDied, Sandboxes
 
     with tempfile.TemporaryDirectory(prefix="kernelarena-doctor-") as folder:
         sandboxes = Sandboxes("cpu", Path(folder), [])

@@ -34,13 +34,13 @@ from kernelarena.cli.run_notes import (
     print_results,
     why_nothing_runs,
 )
-from kernelarena.evaluate.jobs import Job, Timeouts
-from kernelarena.evaluate.local import LocalExecutor
+from kernelarena.evaluate.executors.jobs import Job, Timeouts
+from kernelarena.evaluate.executors.local import LocalExecutor
 
 if TYPE_CHECKING:
     from kernelarena.data import Definition, TraceSet
-    from kernelarena.evaluate.ray_executor import RayExecutor
-    from kernelarena.evaluate.runner import Executor, Plan, RunSummary
+    from kernelarena.evaluate.executors.ray_executor import RayExecutor
+    from kernelarena.evaluate.executors.runner import Executor, Plan, RunSummary
 
 
 @app.command(short_help="Check and time solutions, appending a trace for each.")
@@ -226,8 +226,8 @@ def _plan(workers: _Workers, asked: _Asked) -> _Planned:
     started: Executor | None = None
     try:
         started, devices, on_gpu = _start_executor(workers)
+        from kernelarena.evaluate.executors.runner import make_plan
         from kernelarena.evaluate.options import Options, within_job_time
-        from kernelarena.evaluate.runner import make_plan
 
         combined, user = load(asked.dataset)
         suite = asked.suite or ("all" if on_gpu else "smoke")
@@ -276,7 +276,7 @@ def _run_with_progress(
     """Run the jobs with a live progress line (plain lines when ``out`` is no terminal); the
     executor is closed either way."""
     from kernelarena.data import DatasetError
-    from kernelarena.evaluate.runner import run_jobs
+    from kernelarena.evaluate.executors.runner import run_jobs
     from kernelarena.report.progress import RunProgress
 
     try:
@@ -310,7 +310,7 @@ def _start_executor(workers: _Workers) -> tuple[Executor, list[str], bool]:
         or workers.ray_workers
     ):
         raise ValueError("--ray-* options need --executor ray")
-    from kernelarena.evaluate.devices import resolve_devices
+    from kernelarena.evaluate.executors.devices import resolve_devices
 
     devices = resolve_devices(workers.device)
     if workers.device in (None, "", "auto") and devices == ["cpu"]:
@@ -396,7 +396,7 @@ def _executor(kind: str, devices: list[str], timeouts: Timeouts) -> LocalExecuto
 
 
 def _ray_executor(workers: _Workers) -> RayExecutor:
-    from kernelarena.evaluate.ray_executor import RayExecutor
+    from kernelarena.evaluate.executors.ray_executor import RayExecutor
 
     device, resources = workers.device, workers.ray_resources
     if device not in (None, "", "auto", "cpu", "cuda"):

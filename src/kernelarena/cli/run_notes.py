@@ -13,12 +13,12 @@ import typer
 from rich.console import Console
 
 from kernelarena.cli.common import say
-from kernelarena.evaluate.worker import describe_startup
+from kernelarena.evaluate.judge.worker import describe_startup
 
 if TYPE_CHECKING:
     from kernelarena.data import Definition, TraceSet
+    from kernelarena.evaluate.executors.runner import Plan, RunSummary
     from kernelarena.evaluate.options import Options
-    from kernelarena.evaluate.runner import Plan, RunSummary
 
 LISTED = 5  # left-out solutions named one by one; past this, grouped by reason
 
@@ -26,7 +26,7 @@ LISTED = 5  # left-out solutions named one by one; past this, grouped by reason
 def print_left_out(made: Plan, trace_set: TraceSet, out: Console) -> None:
     """Solutions that cannot run here (one line each, or one per reason when many), and the
     workloads rejected as the user's errors (always one line each: they need fixing)."""
-    from kernelarena.evaluate.runner import workload_where
+    from kernelarena.evaluate.executors.runner import workload_where
 
     if len(made.skipped) <= LISTED:
         for definition, solution, why in made.skipped:
@@ -61,7 +61,7 @@ def why_nothing_runs(
 def _why_no_job(
     trace_set: TraceSet, definition: Definition, made: Plan, suite: str, on_gpu: bool
 ) -> str:
-    from kernelarena.evaluate.runner import NO_SOLUTION_HINT, select_workloads
+    from kernelarena.evaluate.executors.runner import NO_SOLUTION_HINT, select_workloads
 
     name = definition.name
     solutions = trace_set.solutions_for(name)
@@ -85,6 +85,11 @@ def _why_no_job(
             return (
                 f"{name}: each of its {_count(runnable, 'workload')} is tagged large or "
                 "performance, which run only on a GPU"
+            )
+        if not on_gpu and "performance" in tags and suite == "performance":
+            return (
+                f"{name}: its performance workloads run only on a GPU; on this CPU, "
+                "try --suite all (its correctness and smoke workloads)"
             )
         return (
             f"{name}: none of its {_count(runnable, 'workload')} is in the {suite} suite (their "
@@ -151,7 +156,7 @@ CPU_CHECKS = (
 def finish(summary: RunSummary, made: Plan, out: Console, allow_failures: bool) -> None:
     """The closing line, and the exit status: 1 for a failed solution (unless allowed) or a
     workload rejected as wrong."""
-    from kernelarena.evaluate.runner import failed_statuses
+    from kernelarena.evaluate.executors.runner import failed_statuses
 
     counts = failed_statuses(summary)
     passed = sum(t.passed for t in summary.traces)

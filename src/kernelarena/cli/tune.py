@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernelarena.cli.common import DatasetOption, app, console, errors
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.jobs import Timeouts
 
 
 @app.command(short_help="Measure the library on this GPU within a time budget.")

@@ -50,7 +50,7 @@ def sandbox_caches_root() -> Path:
 
 
 def sandbox_cache(namespace: str) -> Path:
-    """The caches of the solutions of one namespace (``namespace_of``; ``evaluate.solution_caches``
+    """The caches of the solutions of one namespace (``namespace_of``; ``evaluate.sandbox.solution_caches``
     points a sandbox's caches there)."""
     if not namespace or not all(c.isalnum() or c in "-_" for c in namespace):
         raise ValueError(f"cache namespace {namespace!r}: letters, digits, '-' and '_' only")

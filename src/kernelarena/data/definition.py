@@ -74,7 +74,7 @@ class Tolerance(Schema):
     """``|out - ref| <= atol * scale + rtol * |ref|`` on at least ``required_matched_ratio`` of
     elements, where ``scale`` is 1, or (ours, ``atol_scaled``) the reference output's RMS where
     that is larger; and (ours) the solution's error against the reference computed in float64 at
-    most ``max_error_ratio`` times the reference's own (``evaluate.error_ratio``; its default
+    most ``max_error_ratio`` times the reference's own (``evaluate.sandbox.error_ratio``; its default
     where this is None)."""
 
     atol: float = Field(ge=0)
@@ -89,7 +89,7 @@ class Tolerance(Schema):
 # in float32 is 1e-3 from the float64 result at some elements near zero, on an H100, in the
 # published solutions and in cuBLAS alike; a plain 1e-3 failed all of them, where FlashInfer-Bench
 # (1e-2) passes them. A kernel that computes in a lower precision still misses a scaled atol there
-# (bfloat16 inputs: 0.3 from the exact result) and the error ratio too (``evaluate.error_ratio``).
+# (bfloat16 inputs: 0.3 from the exact result) and the error ratio too (``evaluate.sandbox.error_ratio``).
 
 
 DEFAULT_TOLERANCES: dict[DType, Tolerance] = {

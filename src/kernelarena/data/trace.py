@@ -37,7 +37,7 @@ class Correctness(Schema):
     max_absolute_error: float = 0.0
     extra: dict[str, Any] | None = None
     # ours: the worst output's normwise error against the reference computed in float64, over
-    # the reference's own (``evaluate.error_ratio``); None where it was not measured.
+    # the reference's own (``evaluate.sandbox.error_ratio``); None where it was not measured.
     error_ratio: float | None = None
 
     @field_validator("max_relative_error", "max_absolute_error")

@@ -7,12 +7,12 @@ compiles a kernel on its first launch for the shapes' specializations: with a GP
 ``warm``, each of the library's winners is called once on inputs of a workload it won, which
 fills Triton's and torch.compile's caches as well. Those inputs are drawn by kernelarena's own
 code: a definition's ``make_inputs`` shapes them only where its reference is the library's own,
-since a dataset's reference runs only in a sandbox (``evaluate.references``); a winner whose
+since a dataset's reference runs only in a sandbox (``evaluate.judge.references``); a winner whose
 definition has another ``make_inputs`` is left unwarmed. CUDA and C++ solutions are compiled first by
-the ``pool`` the caller passes (the command line passes the build pool's, ``evaluate.build_pool``:
+the ``pool`` the caller passes (the command line passes the build pool's, ``evaluate.executors.build_pool``:
 in parallel, each build confined, failures cached with their error). A solution from outside the
 library is built by the ``confined`` builder the caller passes (the command line passes the
-sandbox's, ``evaluate.confined_build``: dispatch sits below evaluate) and never warmed; without
+sandbox's, ``evaluate.sandbox.confined_build``: dispatch sits below evaluate) and never warmed; without
 one it is skipped, since nothing outside the library is built unconfined.
 """
 
@@ -46,7 +46,7 @@ from kernelarena.runtime.inputs import allocate_outputs, generate_inputs, load_r
 # ``ok`` (with ``metadata``), ``skipped``, ``build_error`` or ``error``.
 ConfinedBuild = Callable[[Definition, Solution, str], dict[str, Any]]
 # Builds many solutions ahead, on a device: by solution name, an outcome with ``status`` (built,
-# failed, skipped, unbuilt: left to the builders here) and ``brief`` (evaluate.build_pool's).
+# failed, skipped, unbuilt: left to the builders here) and ``brief`` (evaluate.executors.build_pool's).
 PoolBuild = Callable[[list[tuple[Definition, Solution]], str], dict[str, Any]]
 
 
@@ -223,7 +223,7 @@ def _call_once(
 ) -> str:
     """One call of a library winner on inputs of a workload it won; what was left out, if
     anything. The inputs come from kernelarena's own code only: a definition's reference is the
-    dataset's code, which runs only in a sandbox (``evaluate.references``), so its
+    dataset's code, which runs only in a sandbox (``evaluate.judge.references``), so its
     ``make_inputs`` shapes them only where the reference is the library's own."""
     definition = runnable.definition
     axes = definition.resolve_axes(trace.workload.axes)

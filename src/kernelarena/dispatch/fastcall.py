@@ -23,7 +23,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -130,11 +130,17 @@ def _library_name() -> str:
 
 
 def _built(compiler: list[str], include: Path) -> Path:
-    """The library, compiled unless a process built it before; the build cache's lifecycle
-    (look, lock, look again, build), here without its schemas, which a decoration should not
-    import: the library appears under its name whole (renamed into place) or not at all."""
+    """The library, compiled unless a process built it before (``built_in``)."""
     folder = cache_base() / "build" / "fastcall" / cache_key(compiler, include)
-    library = folder / _library_name()
+    return built_in(folder, _library_name(), lambda library: _compile(compiler, include, library))
+
+
+def built_in(folder: Path, name: str, compile_to: Callable[[Path], None]) -> Path:
+    """``folder / name``, made by ``compile_to`` unless a process built it before; the build
+    cache's lifecycle (look, lock, look again, build), here without its schemas, which a
+    decoration should not import: the library appears under its name whole (renamed into place
+    by ``run_compiler``) or not at all, and a ``CompileError`` is kept."""
+    library = folder / name
     if library.exists():
         return library
     _raise_kept_failure(folder)
@@ -145,7 +151,7 @@ def _built(compiler: list[str], include: Path) -> Path:
         if not library.exists():
             _raise_kept_failure(folder)
             try:
-                _compile(compiler, include, library)
+                compile_to(library)
             except CompileError as error:
                 (folder / _ERROR_FILE).write_text(str(error), encoding="utf-8")
                 raise
@@ -172,14 +178,23 @@ def _raise_kept_failure(folder: Path) -> None:
 
 
 def _compile(compiler: list[str], include: Path, library: Path) -> None:
+    run_compiler([*compiler, *_flags(include), str(SOURCE)], library)
+
+
+def run_compiler(command: list[str], library: Path, after: Sequence[str] = ()) -> None:
+    """``command -o <library> *after`` (libraries to link come after the output)."""
     # Written beside its final name and renamed: a process that finds the name finds it whole.
     partial = library.with_name(f".{library.name}.{os.getpid()}.partial")
-    command = [*compiler, *_flags(include), str(SOURCE), "-o", str(partial)]
-    name = Path(compiler[0]).name
+    name = Path(command[0]).name
     # A compiler that did not start, ran out of time or was killed may do better next time: its
     # failure is not kept (a RuntimeError, not a CompileError).
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=_COMPILE_SECONDS)
+        done = subprocess.run(
+            [*command, "-o", str(partial), *after],
+            capture_output=True,
+            text=True,
+            timeout=_COMPILE_SECONDS,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         raise RuntimeError(f"{name}: {error}") from None
     if done.returncode < 0:
@@ -192,8 +207,8 @@ def _compile(compiler: list[str], include: Path, library: Path) -> None:
     os.replace(partial, library)
 
 
-def _import(library: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kernelarena.dispatch._fastcall", library)
+def _import(library: Path, name: str = "kernelarena.dispatch._fastcall") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, library)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {library}")
     loaded = importlib.util.module_from_spec(spec)

@@ -54,7 +54,7 @@ REFERENCES_UNCONFINED = (
 
 
 def references_sandboxed() -> bool:
-    """Whether references run in sandboxes of their own (``evaluate.references``): unless
+    """Whether references run in sandboxes of their own (``evaluate.judge.references``): unless
     ``KERNELARENA_REFERENCE_SANDBOX=0`` (a diagnosis) or ``KERNELARENA_UNCONFINED=1`` (every wall
     down) keeps them in the judge."""
     return (

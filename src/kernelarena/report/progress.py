@@ -22,7 +22,7 @@ from rich.text import Text
 from kernelarena.report.console import workload_label
 
 if TYPE_CHECKING:
-    from kernelarena.evaluate.jobs import Job, JobResult
+    from kernelarena.evaluate.executors.jobs import Job, JobResult
 
 PLAIN_INTERVAL_S = 30.0
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kernelarena.compile.cache import sandbox_caches_root
-from kernelarena.evaluate.sandboxes import Sandbox
-from kernelarena.evaluate.solution_caches import namespace_of
+from kernelarena.evaluate.sandbox.sandboxes import Sandbox
+from kernelarena.evaluate.sandbox.solution_caches import namespace_of
 from kernelarena.library import load_library
 from tests.evaluate.bad_solutions import DEFINITION, solution
 

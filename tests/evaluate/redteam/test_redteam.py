@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from kernelarena.data import Status, Trace
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.isolation import walls
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.sandbox.isolation import walls
 from tests.evaluate.bad_solutions import FIXTURES, trace_set
 from tests.evaluate.redteam import servers
 

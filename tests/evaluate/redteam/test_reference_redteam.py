@@ -24,11 +24,11 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.benchmark import Benchmark
-from kernelarena.evaluate.confine import landlock_abi
-from kernelarena.evaluate.isolation import walls
-from kernelarena.evaluate.jobs import Timeouts
+from kernelarena.evaluate.executors.benchmark import Benchmark
+from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.sandbox.confine import landlock_abi
+from kernelarena.evaluate.sandbox.isolation import walls
 from tests.evaluate.bad_solutions import DEFINITION
 from tests.evaluate.redteam import servers
 from tests.evaluate.redteam.test_redteam import _environment, _processes_named

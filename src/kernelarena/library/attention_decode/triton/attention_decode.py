@@ -360,7 +360,9 @@ _CPU_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "combine": "kerne
 # faster at any shape; PDL saved 0.3-0.6 us a call; the fused merge 0.1-1.7 us more where it
 # reads every split in one block (batch 4 at 8k: 48.8 us against 50.2), and cost 1-4 us where it
 # loops over three (33 splits).
-_GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "fused", "pdl": "graph"}
+# PDL stays off: inside CUDA graph capture (Triton 3.6, torch 2.11, H100) the third capture of a
+# process failed with "operation failed due to a previous error during capture", whatever its shape.
+_GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "fused", "pdl": False}
 # Splits when batch x KV heads <= SMs: one program an SM. With equal chunks, all of them run at
 # once and finish together; more programs only add partials (H100: 2 an SM from 0.6% faster to
 # 3.5% slower, and a fractional count of programs an SM, e.g. 3.4, 8-11% slower than a whole one).

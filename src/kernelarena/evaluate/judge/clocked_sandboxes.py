@@ -1,0 +1,48 @@
+"""The judge's sandboxes with their share of each job on the job's stage clock (``stage_clock``).
+
+Starting or reusing the sandbox that serves a solution is the ``sandbox_start`` phase (a new
+one, the stage ``sandbox_start/new_sandbox``), what follows until the checks is the ``build``, and waiting for spares before a timing
+(``Sandboxes.settle``) is ``spare_wait``. Each request to a sandbox is a nested stage named
+``sandbox:<request>`` (``sandbox:eager``, ``sandbox:bind``, ``sandbox:time``): how long the judge
+waited on the sandbox, apart from its own work in the same phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from kernelarena.evaluate.judge.stage_clock import JOB_STAGES
+from kernelarena.evaluate.sandbox.sandboxes import Sandbox, Sandboxes
+
+
+class ClockedSandboxes(Sandboxes):
+    def for_solution(self, key: str) -> Sandbox:
+        JOB_STAGES.switch("sandbox_start")
+        current = self.current
+        serving = current is not None and current.key == key and current.alive()
+        # A new sandbox is the nested stage ``new_sandbox``: its count is the jobs that took one.
+        with contextlib.nullcontext() if serving else JOB_STAGES.stage("new_sandbox"):
+            sandbox = super().for_solution(key)
+        JOB_STAGES.switch("build")
+        clock_requests(sandbox)
+        return sandbox
+
+    def settle(self, wait_s: float = 30.0) -> None:
+        JOB_STAGES.switch("spare_wait")
+        super().settle(wait_s)
+
+
+def clock_requests(sandbox: Sandbox) -> None:
+    """Each request of ``sandbox`` a nested stage from now on. On the instance: the sandboxes
+    make their ``Sandbox`` objects themselves (``Sandboxes._spawn``), spares and forks alike."""
+    if getattr(sandbox, "clocked", False):
+        return
+    unclocked = sandbox.request
+
+    def request(*message: Any, **keywords: Any) -> dict[str, Any]:
+        with JOB_STAGES.stage(f"sandbox:{message[0] if message else '?'}"):
+            return unclocked(*message, **keywords)
+
+    setattr(sandbox, "request", request)  # noqa: B010  (mypy refuses assigning to a method)
+    setattr(sandbox, "clocked", True)  # noqa: B010

@@ -1,0 +1,388 @@
+"""The judge's side of a reference's sandbox: one per definition per judge, reused across its
+jobs, started again when it dies.
+
+The sandbox is a solution's sandbox (``sandboxes.Sandboxes.fresh``: forked from the CPU zygote,
+a spare on a GPU), told to serve the definition's reference instead (``reference_serving``). It
+gets an arena of its own: each request copies the inputs it needs (the judge's private copies
+stay here) into buffers carved afresh, with a destination for each result shaped as the judge
+expects it, and the judge copies the results out before the next request reuses the buffers. A
+result of another dtype, shape or layout is described instead and delivered into buffers made to
+its measure; the judge expects that layout from then on. Between its definition's jobs the
+sandbox is stopped (SIGSTOP), so nothing of the reference runs beside another definition's; a
+request that runs past its time limit, a death, a reply that is not one, or a process it leaves
+running ends the sandbox and is ``ReferenceFailed``. Draws and the reference's outputs for them
+are kept (``kept_draws``): every job of a workload draws the same seeds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import OrderedDict
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kernelarena.data import Definition
+from kernelarena.evaluate.judge.crosscheck import TimingRejected, reported_timing
+from kernelarena.evaluate.judge.kept_draws import KeptDraws
+from kernelarena.evaluate.judge.references import (
+    InJudgeReference,
+    Reference,
+    ReferenceFailed,
+    last_line,
+)
+from kernelarena.evaluate.options import REFERENCES_UNCONFINED, references_sandboxed
+from kernelarena.evaluate.sandbox.arena import Arena, kept_strides
+from kernelarena.evaluate.sandbox.sandboxes import Sandbox, SandboxDied, Sandboxes
+from kernelarena.evaluate.sandbox.timing import Timing
+from kernelarena.runtime.inputs import Distribution, PlainInputs, Value
+
+if TYPE_CHECKING:
+    from kernelarena.evaluate.judge.shared_sets import Job
+
+Place = tuple[torch.dtype, tuple[int, ...], tuple[int, ...]]  # dtype, shape, strides
+# Draws and the reference's outputs for them kept for the next job of the workload, in all.
+_DRAWS_KEPT_BYTES = 64 << 20
+# Described results past this size are refused: the judge would allocate them.
+_RESULT_BYTES_LIMIT = 1 << 36
+_RAISED = {
+    "expect": "raised",
+    "make_inputs": "raised in make_inputs",
+    "time_reference": "raised while timed",
+}
+_DTYPES = {str(t): t for t in vars(torch).values() if isinstance(t, torch.dtype)}
+
+
+def _contiguous(dtype: torch.dtype, shape: tuple[int, ...]) -> Place:
+    return dtype, shape, tuple(torch.empty(shape, device="meta").stride())
+
+
+class SandboxedReference(Reference):
+    """A definition's reference in a sandbox of its own (``reference_serving``)."""
+
+    def __init__(self, definition: Definition, device: torch.device, sandboxes: Sandboxes):
+        super().__init__(definition)
+        self.device = device
+        self.sandboxes = sandboxes
+        self.arena = Arena(device)
+        self.box: Sandbox | None = None
+        self.timeout_s = 60.0
+        self._layouts: dict[tuple[str, str, str], Place] = {}  # results' layouts seen so far
+        self._kept = KeptDraws(_DRAWS_KEPT_BYTES)
+        self._ids = itertools.count()
+
+    def ready(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        if self.box is not None and self.box.alive():
+            self.box.resume()
+            return
+        self.close()
+        try:
+            self.box = self.sandboxes.fresh()
+        except SandboxDied as died:
+            raise self._failed("could not start its sandbox", last_line(str(died))) from None
+        self.box.role = "reference"
+        self.arena.hand_to(self.box)
+        threads = torch.get_num_threads()
+        reply = self._request("reference", self.definition.to_json_dict(), threads, loading=True)
+        self.shapes_inputs = reply.get("make_inputs") is True
+        self.confinement = f"{self.box.confinement}; {reply.get('caches', '')}"
+
+    def release(self) -> None:
+        """Stopped (SIGSTOP) between its definition's jobs, so that nothing of it (a thread, a
+        process, a GPU launch) runs beside another definition's; a process it left running ends
+        it, and fails the job that just ran as the dataset's."""
+        if self.box is None:
+            return
+        strays = self.box.stop_finding_strays()
+        if strays:
+            self.close()
+            shown = ", ".join(map(str, strays[:8]))
+            raise self._failed(
+                "left processes running", f"{len(strays)} (pids {shown}); killed with its sandbox"
+            )
+
+    def close(self) -> None:
+        if self.box is not None:
+            self.box.retire()
+            self.box = None
+        self.arena.hand_to(None)
+
+    # -- the judge's requests -------------------------------------------------------------------
+
+    def draw(
+        self, job: Job, device: torch.device, seed: int, distribution: Distribution
+    ) -> dict[str, Value]:
+        key = (job.workload.uuid, seed, distribution)
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = super().draw(job, device, seed, distribution)
+            self._kept.put(key, kept)
+        return dict(kept)  # the caller's dict; the tensors are read, never written, by the judge
+
+    def shape_inputs(self, job: Job, drawn: PlainInputs, device: torch.device) -> dict[str, Value]:
+        names = list(self.definition.inputs)
+        keys = [("inputs", name, job.workload.uuid) for name in names]
+        guessed = [name for name, key in zip(names, keys, strict=True) if key in self._layouts]
+        places = [self._layouts[("inputs", name, job.workload.uuid)] for name in guessed]
+        self.arena.reset()
+        binding, targets = self._carve([drawn.inputs[name] for name in names], places)
+        # Bytes, not a tensor: a pickled tensor would travel as a handle to shared memory.
+        state = drawn.generator.get_state().numpy().tobytes()
+        params = dict(job.workload.params or {})
+        reply = self._send("make_inputs", binding, guessed, dict(job.axes), params, state)
+        by_name = dict(zip(guessed, targets, strict=True))
+        destinations = [by_name.get(name) for name in names]
+        values = self._collect(keys, reply.get("inputs"), destinations)
+        missing = [name for name, value in zip(names, values, strict=True) if value is None]
+        if missing:
+            raise self._failed("is broken", f"make_inputs returned no value for {missing}")
+        return dict(zip(names, values, strict=True))  # type: ignore[arg-type]
+
+    def outputs(
+        self, job: Job, inputs: dict[str, Value], expected: bool = True, precise: bool = False
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        kept = [self._kept.outputs(inputs, False), self._kept.outputs(inputs, True)]
+        wanted = (expected and kept[0] is None, precise and kept[1] is None)
+        if any(wanted):
+            found = self._computed(job, inputs, wanted)
+            for upcast, values in enumerate(found):
+                if wanted[upcast]:
+                    kept[upcast] = values
+                    self._kept.keep_outputs(inputs, bool(upcast), values)
+        return (kept[0] or {}) if expected else {}, (kept[1] or {}) if precise else {}
+
+    def _computed(
+        self, job: Job, inputs: dict[str, Value], wanted: tuple[bool, bool]
+    ) -> list[dict[str, torch.Tensor]]:
+        """The runs ``wanted`` (in the definition's dtypes, in float64) in one request."""
+        names = list(self.definition.outputs)
+        groups = [g for g, want in zip(("expected", "precise"), wanted, strict=True) if want]
+        keys = [(group, name, job.workload.uuid) for group in groups for name in names]
+        places = [self._layouts.get(key) or self._guess(job, key) for key in keys]
+        self.arena.reset()
+        binding, targets = self._carve([inputs[n] for n in self.definition.inputs], places)
+        reply = self._send("expect", binding, wanted)
+        described = [item for group in groups for item in _items(reply.get(group), len(names))]
+        values = self._collect(keys, described, list(targets))
+        found: list[dict[str, torch.Tensor]] = [{}, {}]
+        for (group, name, _), value in zip(keys, values, strict=True):
+            if isinstance(value, torch.Tensor):
+                found[group == "precise"][name] = value
+            elif group == "expected":
+                raise self._failed("is broken", f"output '{name}' is not a tensor")
+        return found
+
+    def time(
+        self, job: Job, device: torch.device, draws: list[dict[str, Value]], graph: bool
+    ) -> Timing:
+        self.arena.reset()
+        names = list(self.definition.inputs)
+        bindings = [self._carve([draw[name] for name in names], [])[0] for draw in draws]
+        reply = self._send("time_reference", bindings, graph, asdict(job.options))
+        try:
+            return reported_timing(reply)
+        except TimingRejected as rejected:
+            raise self._failed("was timed wrongly", str(rejected)) from None
+
+    # -- the arena and the sandbox ----------------------------------------------------------------
+
+    def _guess(self, job: Job, key: tuple[str, str, str]) -> Place:
+        """Where a result should fit: the output's dtype and shape; for the float64 run, float64
+        where the output is of a float type that upcasts."""
+        group, name, _ = key
+        spec = self.definition.outputs[name]
+        shape = tuple(self.definition.shape_of(spec, job.axes) or ())
+        dtype = spec.dtype.to_torch()
+        if group == "precise" and spec.dtype.is_float and not spec.dtype.is_low_precision_float:
+            dtype = torch.float64
+        return _contiguous(dtype, shape)
+
+    def _carve(
+        self, arguments: list[Value], places: list[Place]
+    ) -> tuple[tuple[Any, ...], list[torch.Tensor]]:
+        """A set of ``arguments`` (copied in) and destinations at ``places``, after what this
+        request carved so far: the binding the sandbox maps it by, and the destinations."""
+        tensors = [v for v in arguments if isinstance(v, torch.Tensor)]
+        own = [(t.dtype, tuple(t.shape), kept_strides(tuple(t.shape), t.stride())) for t in tensors]
+        views, layout = self.arena.carve(own + places)
+        for view, tensor in zip(views, tensors, strict=False):
+            view.copy_(tensor)
+        index = itertools.count()
+        items = [
+            ("tensor", next(index)) if isinstance(v, torch.Tensor) else ("value", v)
+            for v in arguments
+        ]
+        slots = list(range(len(places)))
+        return (next(self._ids), layout, items, len(tensors), slots), views[len(tensors) :]
+
+    def _collect(
+        self,
+        keys: list[tuple[str, str, str]],
+        described: Any,
+        targets: list[torch.Tensor | None],
+    ) -> list[Value | None]:
+        """The results as the sandbox described them: copied out of their destinations, or
+        delivered into buffers made to measure (and that layout expected from now on)."""
+        if not isinstance(described, list) or len(described) != len(keys):
+            raise self._failed("answered something that is not a reply", str(described)[:200])
+        values: list[Value | None] = [None] * len(keys)
+        pending: list[tuple[int, Place]] = []
+        for index, (key, item, target) in enumerate(zip(keys, described, targets, strict=False)):
+            if item is None:
+                continue
+            if isinstance(item, dict) and isinstance(item.get("value"), bool | int | float):
+                values[index] = item["value"]
+                continue
+            place = self._place_of(item)
+            if item.get("delivered") is True and target is not None and _fits(target, place):
+                values[index] = target.clone()
+            else:
+                pending.append((index, place))
+                self._layouts[key] = place
+        if pending:
+            binding, made = self._carve([], [place for _, place in pending])
+            self._send("deliver_held", binding, [index for index, _ in pending])
+            for (index, _), target in zip(pending, made, strict=True):
+                values[index] = target.clone()
+        return values
+
+    def _place_of(self, item: Any) -> Place:
+        """A described tensor's dtype, shape and strides, checked: the judge allocates it."""
+        described = item if isinstance(item, dict) else {}
+        dtype = _DTYPES.get(str(described.get("dtype")))
+        shape, stride = _sizes(described.get("shape")), _sizes(described.get("stride"))
+        if described.get("type") != "Tensor" or dtype is None or shape is None or stride is None:
+            what = str(described.get("type", type(item).__name__))
+            raise self._failed("is broken", f"it gave {what[:60]} where a tensor belongs")
+        if len(shape) != len(stride):
+            raise self._failed("answered something that is not a reply", str(described)[:200])
+        place: Place = (dtype, shape, kept_strides(shape, stride))
+        if _bytes(place) > _RESULT_BYTES_LIMIT:
+            raise self._failed("is broken", f"a result of shape {shape} is too large")
+        return place
+
+    def _send(self, operation: str, bindings: Any, *extra: Any) -> dict[str, Any]:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the copies into the arena, before it reads them
+        # A sandbox that fails to take them is ended (``_request``), and its buffers with it.
+        handoffs = self.arena.take_unsent()
+        try:
+            buffers = {h.id: h.description() for h in handoffs}
+            fds = [h.fd for h in handoffs if h.fd >= 0]
+            reply: dict[str, Any] = self._request(operation, buffers, bindings, *extra, fds=fds)
+            return reply
+        finally:
+            for handoff in handoffs:
+                handoff.close()
+
+    def _request(self, *message: Any, fds: list[int] | None = None, loading: bool = False) -> Any:
+        """One request; its failures the reference's (``ReferenceFailed``)."""
+        box = self.box
+        assert box is not None
+        try:
+            reply = box.request(*message, timeout=self.timeout_s, fds=fds or ())
+        except SandboxDied as died:
+            self.close()
+            said = str(died)
+            if said.startswith("the sandbox did not answer"):  # still at work: killed
+                what = said.removeprefix("the sandbox ")
+                raise self._failed(what, "its sandbox was killed") from None
+            raise self._failed("failed", _brief(said)) from None
+        if "error" in reply:
+            # Raised before or while it read the request's descriptors: it starts again.
+            self.close()
+            what = (
+                "does not load" if loading else _RAISED.get(message[0], f"raised in {message[0]}")
+            )
+            raise self._failed(what, last_line(str(reply["error"])), permanent=loading)
+        if "broken" in reply:
+            raise self._failed("is broken", str(reply["broken"])[:300], permanent=loading)
+        return reply
+
+
+def _items(described: Any, count: int) -> list[Any]:
+    return described if isinstance(described, list) and len(described) == count else [0] * count
+
+
+def _sizes(value: Any) -> tuple[int, ...] | None:
+    """A list of sizes or strides from a reply, or None where it is not one."""
+    if not isinstance(value, list) or len(value) > 64:
+        return None
+    if not all(type(n) is int and 0 <= n < 1 << 40 for n in value):
+        return None
+    return tuple(value)
+
+
+def _fits(target: torch.Tensor, place: Place) -> bool:
+    return target.dtype == place[0] and tuple(target.shape) == place[1]
+
+
+def _bytes(place: Place) -> int:
+    dtype, shape, _ = place
+    count = 1
+    for size in shape:
+        count *= size
+    return count * dtype.itemsize
+
+
+def _brief(text: str) -> str:
+    """A death note's first line and its log's last (what the reference printed last)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("kernelarena sandbox on")]
+    if len(lines) <= 1:
+        return lines[0][:300] if lines else ""
+    return f"{lines[0][:300]} (its log ends: {lines[-1][:200]})"
+
+
+class References:
+    """A judge's references by definition: sandboxed ones kept alive for the last ``limit``
+    definitions (their jobs mostly come together; ``KERNELARENA_REFERENCE_SANDBOXES``), a
+    definition whose reference cannot load remembered so its later jobs fail at once."""
+
+    def __init__(self, device: torch.device, sandboxes: Sandboxes) -> None:
+        self.device = device
+        self.sandboxes = sandboxes
+        # A GPU sandbox holds a CUDA context and its allocator's cache; a CPU one, forked from
+        # the zygote, shares most of its memory with it.
+        default = "2" if device.type == "cuda" else "8"
+        self.limit = int(os.environ.get("KERNELARENA_REFERENCE_SANDBOXES", default))
+        self.sandboxed = references_sandboxed()
+        if not self.sandboxed:
+            print(REFERENCES_UNCONFINED, flush=True)
+        self._kept: OrderedDict[str, Reference] = OrderedDict()
+        self._unloadable: dict[str, ReferenceFailed] = {}
+
+    def get(self, definition: Definition, timeout_s: float) -> Reference:
+        key = definition.content_hash()
+        if key in self._unloadable:
+            raise self._unloadable[key]
+        reference = self._kept.pop(key, None)
+        try:
+            if reference is None:
+                reference = self._make(definition)
+            reference.ready(timeout_s)
+        except ReferenceFailed as failed:
+            if failed.permanent:
+                self._unloadable[key] = failed
+                if reference is not None:
+                    reference.close()
+            elif reference is not None:
+                self._kept[key] = reference  # started again next time
+            raise
+        self._kept[key] = reference
+        while self.sandboxed and len(self._kept) > self.limit:
+            self._kept.popitem(last=False)[1].close()
+        return reference
+
+    def _make(self, definition: Definition) -> Reference:
+        if self.sandboxed:
+            return SandboxedReference(definition, self.device, self.sandboxes)
+        return InJudgeReference(definition)
+
+    def close(self) -> None:
+        for reference in self._kept.values():
+            reference.close()
+        self._kept.clear()

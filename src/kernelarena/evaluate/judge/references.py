@@ -1,0 +1,170 @@
+"""A definition's reference as the judge uses it: draw a set's inputs (``make_inputs`` shapes
+them where the definition has one), the expected outputs and their float64 run, the reference's
+timing.
+
+A dataset's reference is code the judge did not write: it runs in a sandbox of its own
+(``reference_sandbox.SandboxedReference``), confined as a solution's sandbox is. With
+``KERNELARENA_REFERENCE_SANDBOX=0`` (a diagnosis) or ``KERNELARENA_UNCONFINED=1`` (every wall
+down) it runs in the judge instead (``InJudgeReference``), with the user's rights, files and
+network. Whatever goes wrong in a reference is ``ReferenceFailed``: the dataset's fault, reported
+as such, never a verdict on the solution being judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kernelarena.data import Definition
+from kernelarena.evaluate.options import where_references_run
+from kernelarena.evaluate.sandbox.reference_runs import (
+    ReferenceBroken,
+    expected_outputs,
+    precise_outputs,
+    time_reference,
+)
+from kernelarena.evaluate.sandbox.timing import Timing
+from kernelarena.runtime.inputs import (
+    Distribution,
+    PlainInputs,
+    Value,
+    check_value_constraints,
+    load_reference,
+    plain_inputs,
+    shaped_origins,
+)
+
+if TYPE_CHECKING:
+    from kernelarena.evaluate.judge.shared_sets import Job
+
+
+class ReferenceFailed(Exception):
+    """The definition's reference, or its ``make_inputs``, failed: the dataset's fault. ``str``
+    names the definition and what happened; ``permanent`` where its code cannot load, so that
+    its later jobs need not try again."""
+
+    def __init__(self, definition: str, what: str, detail: str, permanent: bool = False):
+        detail = detail.strip()
+        super().__init__(
+            f"the definition's reference of '{definition}' {what}"
+            + (f": {detail}" if detail else "")
+        )
+        self.permanent = permanent
+
+
+def last_line(text: str, limit: int = 300) -> str:
+    """The line of a traceback that says what was raised."""
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
+
+
+class Reference:
+    """What the judge asks of a definition's reference, wherever it runs."""
+
+    def __init__(self, definition: Definition) -> None:
+        self.definition = definition
+        self.shapes_inputs = False  # whether the reference defines make_inputs
+        self.confinement = ""
+
+    def ready(self, timeout_s: float) -> None:
+        """Before each job: the reference loaded and answering, each request bounded by
+        ``timeout_s``."""
+
+    def release(self) -> None:
+        """After each job: nothing of the reference runs until its next one."""
+
+    def draw(
+        self, job: Job, device: torch.device, seed: int, distribution: Distribution
+    ) -> dict[str, Value]:
+        """A set of the workload's inputs (``runtime.inputs.generate_inputs``, with the
+        reference's ``make_inputs`` run where it runs)."""
+        definition = job.definition
+        drawn = plain_inputs(
+            definition, job.workload, job.axes, device, seed, job.blob_root, distribution
+        )
+        if not self.shapes_inputs:
+            check_value_constraints(definition, job.axes, drawn.inputs, drawn.origins)
+            return drawn.inputs
+        inputs = self.shape_inputs(job, drawn, device)
+        check_value_constraints(definition, job.axes, inputs, shaped_origins(drawn.origins, inputs))
+        return inputs
+
+    def shape_inputs(self, job: Job, drawn: PlainInputs, device: torch.device) -> dict[str, Value]:
+        raise NotImplementedError
+
+    def outputs(
+        self, job: Job, inputs: dict[str, Value], expected: bool = True, precise: bool = False
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The reference's outputs for ``inputs`` (where ``expected``; else empty) and those of its
+        run on them upcast to float64 (where ``precise``; empty where it cannot run so)."""
+        raise NotImplementedError
+
+    def time(
+        self, job: Job, device: torch.device, draws: list[dict[str, Value]], graph: bool
+    ) -> Timing:
+        """The reference timed over ``draws`` as its solution was (``reference_runs``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def _failed(self, what: str, detail: str = "", permanent: bool = False) -> ReferenceFailed:
+        return ReferenceFailed(self.definition.name, what, detail, permanent)
+
+
+class InJudgeReference(Reference):
+    """The reference run in the judge's own process: no walls at all
+    (``options.REFERENCES_UNCONFINED``)."""
+
+    def __init__(self, definition: Definition) -> None:
+        super().__init__(definition)
+        try:
+            namespace = load_reference(definition)
+        except Exception as error:
+            raise self._failed("does not load", f"{type(error).__name__}: {error}", True) from None
+        run: Any = namespace.get("run")
+        self.hook = namespace.get("make_inputs")
+        if not callable(run):
+            raise self._failed("is broken", "it defines no function run", True)
+        self.run: Callable[..., Any] = run
+        self.shapes_inputs = callable(self.hook)
+        self.confinement = "not confined: " + where_references_run()
+
+    def shape_inputs(self, job: Job, drawn: PlainInputs, device: torch.device) -> dict[str, Value]:
+        params = dict(job.workload.params or {})
+        try:
+            made = self.hook(dict(job.axes), drawn.inputs, params, drawn.generator, device)  # type: ignore[misc]
+            return dict(made)
+        except Exception as error:
+            raise self._failed(
+                "raised in make_inputs", f"{type(error).__name__}: {error}"
+            ) from None
+
+    def outputs(
+        self, job: Job, inputs: dict[str, Value], expected: bool = True, precise: bool = False
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        arguments = [inputs[name] for name in self.definition.inputs]
+        found: dict[str, torch.Tensor] = {}
+        if expected:
+            try:
+                values = expected_outputs(self.run, self.definition, arguments)
+            except ReferenceBroken as broken:
+                raise self._failed("is broken", str(broken)) from None
+            except Exception as error:
+                raise self._failed("raised", f"{type(error).__name__}: {error}") from None
+            found = dict(zip(self.definition.outputs, values, strict=True))
+        upcast = precise_outputs(self.run, self.definition, inputs) if precise else {}
+        return found, upcast
+
+    def time(
+        self, job: Job, device: torch.device, draws: list[dict[str, Value]], graph: bool
+    ) -> Timing:
+        arguments = [[d[name] for name in self.definition.inputs] for d in draws]
+        options: dict[str, Any] = asdict(job.options)
+        try:
+            return time_reference(self.run, device, arguments, graph, options)
+        except Exception as error:
+            raise self._failed("raised while timed", f"{type(error).__name__}: {error}") from None

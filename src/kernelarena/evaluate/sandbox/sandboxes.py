@@ -1,0 +1,339 @@
+"""The judge's side of its sandbox processes: start, ask, pause, retire.
+
+One sandbox serves one solution and is never reused for another, so nothing a solution patches can
+reach the next one. While one works, a spare (torch imported, device initialised, no solution loaded)
+starts beside it, so the next solution does not wait for an interpreter. Requests go out pickled;
+answers come back as JSON of bounded size, parsed as data. A sandbox that dies, answers nonsense or
+leaves processes behind is retired, and the job says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kernelarena.evaluate.process_output import read_tail
+from kernelarena.evaluate.sandbox import isolation
+from kernelarena.evaluate.sandbox.confine import descendants, kill_all
+from kernelarena.evaluate.sandbox.descriptors import send_fds
+from kernelarena.evaluate.sandbox.forked import ForkedProcess, Zygote, ZygoteFailed
+from kernelarena.evaluate.sandbox.zygote import FORK_FAILED
+
+REPLY_LIMIT = 1 << 20
+
+
+class SandboxDied(Exception):
+    """The sandbox exited, broke the protocol or answered out of bounds; ``str`` says how."""
+
+
+class Sandbox:
+    def __init__(
+        self,
+        device: str,
+        log_path: Path,
+        writable: list[str],
+        tmp: Path,
+        first: bool = False,
+        zygote: Zygote | None = None,
+    ) -> None:
+        self.device = device
+        self.log_path = log_path
+        self.role = "solution"  # whose process it is, for the notes on its death
+        self.key: str | None = None
+        self.builds: dict[str, dict[str, Any]] = {}
+        self.confinement = ""
+        self.walls = isolation.walls()
+        self._ready = False
+        self.conn: Connection
+        self.process: subprocess.Popen[bytes] | ForkedProcess
+        if zygote is not None:
+            self.conn, self.process = zygote.fork(log_path, tmp, writable, 600.0)
+            self._own: set[int] = {self.process.pid}
+            return
+        parent, child = Pipe()
+        command = [
+            sys.executable,
+            "-m",
+            "kernelarena.evaluate.sandbox.server",
+            str(child.fileno()),
+            device,
+            "first"
+            if first
+            else "spare",  # the first is waited for at once (triton_warmth.warm_triton)
+            *writable,
+        ]
+        command, environment = isolation.walled(command, writable, tmp, self.walls)
+        # Without namespaces, at least no controlling terminal (bwrap makes a session).
+        self.process = isolation.start_logged(
+            command, environment, log_path, child.fileno(), new_session=not self.walls.available
+        )
+        child.close()
+        # The processes that are the sandbox itself (bwrap's and the interpreter), found when it
+        # says it is ready, before any solution code runs: every other one is the solution's.
+        self._own = {self.process.pid}
+        self.conn = parent
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def started(self, timeout: float) -> bool:
+        """Whether the sandbox has said it is ready (or has died) within ``timeout`` seconds; reads
+        nothing, so ``wait_ready`` then returns (or raises) at once."""
+        return self._ready or self.conn.poll(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the sandbox to say it started (or raise ``SandboxDied``)."""
+        if self._ready:
+            return
+        reply = self._receive(timeout)
+        if not reply.get("ready"):
+            raise SandboxDied(f"the sandbox did not start: {reply}")
+        self.confinement = isolation.describe(self.walls, str(reply.get("confinement", "")))
+        self._own |= isolation.sandbox_processes(self.process.pid, reply.get("pid"))
+        self._ready = True
+
+    def request(
+        self, *message: Any, timeout: float | None = None, fds: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        """Send ``message`` (and pass ``fds`` right behind it: ``descriptors.receive_fds``), then wait
+        for the reply."""
+        try:
+            self.conn.send(message)
+            if fds:
+                send_fds(self.conn, list(fds))
+        except (OSError, BrokenPipeError):
+            raise SandboxDied(self._death_note()) from None
+        return self._receive(timeout)
+
+    def _receive(self, timeout: float | None) -> dict[str, Any]:
+        try:
+            if timeout is not None and not self.conn.poll(timeout):
+                raise SandboxDied(f"the sandbox did not answer within {timeout:g} s")
+            data = self.conn.recv_bytes(REPLY_LIMIT)
+        except (EOFError, OSError):
+            raise SandboxDied(self._death_note()) from None
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            raise SandboxDied(f"the {self.role}'s process answered something that is not a reply")
+        return reply
+
+    def _death_note(self) -> str:
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return f"the {self.role}'s process stopped answering\n" + read_tail(str(self.log_path))
+        if code > 128 and self.walls.available:
+            code = 128 - code  # bwrap's init exits with 128 + the signal that killed the sandbox
+        if code < 0:
+            try:
+                cause = f"died from signal {signal.Signals(-code).name}"
+            except ValueError:
+                cause = f"died from signal {-code}"
+            if -code == signal.SIGXFSZ:
+                cause += " (a file it wrote, its output included, reached the sandbox's limit)"
+        else:
+            cause = f"exited with code {code}"
+        return f"the {self.role}'s process {cause} during its job\n" + read_tail(str(self.log_path))
+
+    def pause(self) -> None:
+        """Stop it (and what it started) while the judge times the reference: a thread left
+        running there could otherwise slow the reference and inflate the solution's speedup."""
+        for pid in [self.pid, *descendants(self.pid)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in [self.pid, *descendants(self.pid)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+
+    def stop_finding_strays(self) -> list[int]:
+        """``pause`` it, and return what ``strays`` would: one walk of its processes."""
+        found = descendants(self.pid)
+        for pid in [self.pid, *found]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        return [pid for pid in found if pid not in self._own]
+
+    def strays(self) -> list[int]:
+        """Processes the solution started that still run once its job is over."""
+        return [pid for pid in descendants(self.pid) if pid not in self._own]
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def log_since(self, offset: int, limit: int = 6000) -> str:
+        """At most the last ``limit`` bytes written after ``offset``: a solution that prints
+        gigabytes costs the judge a seek."""
+        return read_tail(str(self.log_path), limit, since=offset)
+
+    def retire(self) -> None:
+        """Killed at once; reaped in the background (a process with a CUDA context takes ~0.1 s
+        to go, which the next job need not wait for)."""
+        kill_all([*descendants(self.pid), self.pid])
+        self.conn.close()
+        threading.Thread(target=self.process.wait, name="reap-sandbox", daemon=True).start()
+
+
+class Sandboxes:
+    """At most one sandbox with a solution loaded per judge. On a GPU, ``spares`` start ahead: a
+    sandbox takes seconds to import torch and make its CUDA context, often longer than a
+    solution's jobs, so two start beside the work (a GPU machine has cores to spare). On the CPU,
+    inside the walls, each sandbox is forked from a ``zygote`` when it is needed instead (tens of
+    milliseconds; ``KERNELARENA_ZYGOTE=0`` starts them as programs, one spare ahead)."""
+
+    def __init__(self, device: str, folder: Path, writable: list[str]) -> None:
+        self.device = device
+        self.folder = folder
+        self.writable = writable
+        self.startup_timeout_s = 600.0
+        self.zygote: Zygote | None = None
+        found = isolation.walls()
+        if not device.startswith("cuda") and found.available and _zygote_wanted():
+            try:
+                self.zygote = Zygote(device, folder, writable, found)
+            except (OSError, ZygoteFailed) as failed:
+                print(f"kernelarena: sandboxes start as programs: {failed}", flush=True)
+        default = "2" if device.startswith("cuda") else "0" if self.zygote else "1"
+        self.spare_count = int(os.environ.get("KERNELARENA_SPARE_SANDBOXES", default))
+        self._spawned = 0
+        self._stopped = 0  # the depth of ``spares_stopped``
+        self.current: Sandbox | None = None
+        self.spares: list[Sandbox] = [self._spawn() for _ in range(self.spare_count)]
+
+    def _spawn(self) -> Sandbox:
+        self._spawned += 1
+        # Named by judge too: the judges of a run (two on a two-core CPU) share one folder.
+        name = f"sandbox-{self.device.replace(':', '')}-{os.getpid()}-{self._spawned}"
+        tmp = self.folder / name
+        tmp.mkdir(parents=True, exist_ok=True)
+        log = self.folder / f"{name}.log"
+        writable = [*self.writable, str(tmp)]
+        if self.zygote is not None:
+            try:
+                return Sandbox(self.device, log, writable, tmp, zygote=self.zygote)
+            except ZygoteFailed as failed:
+                self._drop_zygote(str(failed))
+        return Sandbox(self.device, log, writable, tmp, self._spawned == 1)
+
+    def _drop_zygote(self, why: str = "") -> None:
+        """No more forks: sandboxes start as programs from now (``why`` goes to the log)."""
+        if why:
+            print(f"kernelarena: sandboxes start as programs from now: {why}", flush=True)
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
+
+    def for_solution(self, key: str) -> Sandbox:
+        """The sandbox serving ``key``: the current one if it does, else the oldest spare (or a
+        new one)."""
+        if self.current is not None and self.current.key == key and self.current.alive():
+            return self.current
+        self.retire()
+        sandbox = self.fresh()
+        sandbox.key = key
+        self.current = sandbox
+        return sandbox
+
+    def fresh(self) -> Sandbox:
+        """A started sandbox that serves nothing yet, for a solution or a definition's reference
+        (``reference_sandbox``): the oldest spare, or a new one. The caller owns it."""
+        sandbox = self.spares.pop(0) if self.spares else self._spawn()
+        try:
+            sandbox.wait_ready(self.startup_timeout_s)
+        except SandboxDied:
+            if sandbox.process.poll() != FORK_FAILED or self.zygote is None:
+                raise
+            # The walls of a fork could not be raised here (a kernel refusing nested namespaces):
+            # nothing of a solution ran, so the sandbox starts again as a program.
+            sandbox.retire()
+            self._drop_zygote(sandbox.log_since(0, 2000))
+            sandbox = self._spawn()
+            sandbox.wait_ready(self.startup_timeout_s)
+        finally:
+            while len(self.spares) < self.spare_count:
+                self.spares.append(self._spawn())
+        return sandbox
+
+    def settle(self, wait_s: float = 30.0) -> None:
+        """Wait until every spare has started (torch imported, its CUDA context made), so that none
+        starts beside a timing: a spare's start takes the host's CPU and the GPU's driver from the
+        calls being timed. On an H100, timed in the seconds after the spare that
+        replaced their sandbox was started, a solution's first workloads had eager clocks of up
+        to 5.8x their host submit time (a CUDA rmsnorm: 45 us a call for 7.8 us of host work and
+        2.9 us of GPU time). At most ``wait_s`` in all, since the wait counts against the job's
+        time limit (a spare takes ~3 s on a GPU machine; a loaded two-core one took 8): a spare
+        still starting then is left to start. A spare that died is dropped (the next one needed
+        starts then)."""
+        deadline = time.monotonic() + wait_s
+        for spare in list(self.spares):
+            if not spare.started(max(0.0, deadline - time.monotonic())):
+                continue
+            try:
+                spare.wait_ready(self.startup_timeout_s)
+            except SandboxDied:
+                spare.retire()
+                self.spares.remove(spare)
+
+    @contextlib.contextmanager
+    def spares_stopped(self) -> Iterator[None]:
+        """The spare sandboxes (and whatever they started) stopped while the judge times: a spare
+        still importing torch takes a core from the calls being timed. Nests: the outermost
+        resumes them."""
+        self._stopped += 1
+        stopped = list(self.spares) if self._stopped == 1 else []
+        for spare in stopped:
+            spare.pause()
+        try:
+            yield
+        finally:
+            self._stopped -= 1
+            for spare in stopped:
+                spare.resume()
+
+    def retire(self) -> None:
+        if self.current is not None:
+            self.current.retire()
+            self.current = None
+
+    def close(self) -> None:
+        self.retire()
+        for spare in self.spares:
+            spare.retire()
+        self.spares = []
+        self._drop_zygote()
+
+
+def _zygote_wanted() -> bool:
+    return os.environ.get("KERNELARENA_ZYGOTE", "1") != "0"
+
+
+def with_sandbox_paused(sandbox: Sandbox | None, work: Callable[[], Any]) -> Any:
+    if sandbox is None:
+        return work()
+    sandbox.pause()
+    try:
+        return work()
+    finally:
+        sandbox.resume()

@@ -1,0 +1,195 @@
+"""CPU sandboxes forked from one template process, so that torch is imported once per worker.
+
+A CPU sandbox spent about 2 s of a core importing torch before serving its one solution; a run of
+the built-in library starts over a hundred, and on a two-core machine that was most of
+``kernelarena run``'s time. The zygote starts inside a sandbox's walls (``isolation``, with
+``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` kept in its user namespace for the forks' set-up alone),
+imports what a sandbox imports, runs no solution code, and forks one sandbox per request of its
+judge. Each fork, before anything of its solution exists:
+
+- leaves the zygote's PID and mount namespaces for new ones of its own, as PID 1 (its first
+  process, the zygote's child, waits for it and exits with its status): when it dies the kernel
+  kills everything it started, and it sees no other process;
+- mounts its own ``/proc`` and ``/dev/shm`` (and ``/tmp``, where nothing it needs is mounted
+  beneath the zygote's; else Landlock keeps it from writing there), and hides the judge's folder
+  of sandbox logs and temporary folders but for its own temporary folder;
+- then raises the layers every sandbox raises (``confine.confine_sandbox``): no capabilities,
+  ``no_new_privs``, Landlock, seccomp (which refuses further namespaces and mounts), limits.
+
+GPU sandboxes are not forked (a CUDA context does not survive a fork, and a GPU machine's spare
+cores start sandboxes ahead instead); nor are they where the walls cannot stand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import sys
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kernelarena.evaluate.sandbox.confine import confine_sandbox, die_with_parent
+from kernelarena.evaluate.sandbox.descriptors import receive_fds
+
+_CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_REC, _MS_PRIVATE = 16384, 1 << 18
+# open_tree(2) and move_mount(2) (Linux 5.2; the same numbers on x86-64 and arm64): a folder's
+# subtree cloned as a detached mount, and that mount put in place.
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _AT_FDCWD = 428, 429, -100
+_OPEN_TREE_FLAGS = 1 | os.O_CLOEXEC | 0x8000  # OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE
+# The capabilities the zygote's walls keep for the forks' own namespaces and mounts.
+CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
+FORK_FAILED = 71  # the exit status of a fork whose walls could not be raised
+
+
+class _Libc:
+    def __init__(self) -> None:
+        self.libc = ctypes.CDLL(None, use_errno=True)
+
+    def call(self, name: str, *arguments: Any) -> None:
+        if getattr(self.libc, name)(*arguments) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"{name}{arguments[:2]}: {os.strerror(error)}")
+
+    def syscall(self, name: str, number: int, *arguments: Any) -> int:
+        result = int(self.libc.syscall(number, *arguments))
+        if result < 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"{name}: {os.strerror(error)}")
+        return result
+
+    def mount(
+        self, source: str | None, target: str, kind: str | None, flags: int, data: str = ""
+    ) -> None:
+        encoded = [None if v is None else v.encode() for v in (source, target, kind)]
+        self.call("mount", *encoded, ctypes.c_ulong(flags), data.encode() if data else None)
+
+
+def _own_mounts(libc: _Libc, tmp: Path, hidden: Path | None, tmpfs_bytes: int) -> None:
+    """The fork's view, in its own mount namespace: its /proc and /dev/shm, a /tmp of its own
+    unless something it needs is bound beneath the zygote's (a cache, an import path), and of the
+    judge's folder ``hidden`` only its own temporary folder ``tmp``."""
+    libc.mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    libc.mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    size = f"size={tmpfs_bytes},mode=1777"
+    if os.path.isdir("/dev/shm"):
+        libc.mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, size)
+    if hidden is not None and tmp.is_relative_to(hidden) and tmp != hidden:
+        # Its own folder, detached (a clone of the subtree), put back once the rest is covered.
+        own = libc.syscall(
+            "open_tree", _SYS_OPEN_TREE, _AT_FDCWD, str(tmp).encode(), _OPEN_TREE_FLAGS
+        )
+        try:
+            libc.mount("tmpfs", str(hidden), "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=755")
+            tmp.mkdir(parents=True)
+            libc.syscall("move_mount", _SYS_MOVE_MOUNT, own, b"", _AT_FDCWD, str(tmp).encode(), 4)
+        finally:
+            os.close(own)
+    if not _mounts_beneath("/tmp"):
+        libc.mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, size)
+
+
+def _mounts_beneath(folder: str) -> bool:
+    """Whether anything is mounted below ``folder`` (a mount over it would hide it)."""
+    with open("/proc/self/mountinfo") as mounts:
+        points = [line.split()[4] for line in mounts]
+    return any(point.startswith(folder.rstrip("/") + "/") for point in points)
+
+
+def _sandbox(conn_fd: int, device_name: str, tmp: Path, writable: list[str]) -> None:
+    """The fork's second process, PID 1 of its namespace: the sandbox itself. Never returns."""
+    from kernelarena.evaluate.sandbox.server import serve
+
+    die_with_parent()
+    os.environ.update(TMPDIR=str(tmp), HOME=str(tmp))
+    os.chdir(tmp)
+    confinement = confine_sandbox(writable)
+    serve(Connection(conn_fd), device_name, writable, confinement)
+
+
+def _fork(request: dict[str, Any], conn_fd: int, device_name: str) -> None:
+    """The zygote's child: its own namespaces and view, then the sandbox as its child, whose
+    status it exits with (128 + the signal that killed it, as bwrap's init does)."""
+    from kernelarena.evaluate.sandbox.isolation import TMPFS_BYTES
+
+    die_with_parent()
+    tmp, writable = Path(request["tmp"]), list(request["writable"])
+    hidden = Path(request["hidden"]) if request.get("hidden") else None
+    libc = _Libc()
+    try:
+        libc.call("unshare", _CLONE_NEWNS | _CLONE_NEWPID)
+    except OSError as error:
+        print(f"kernelarena sandbox fork: {error}", flush=True)
+        os._exit(FORK_FAILED)
+    child = os.fork()
+    if child == 0:
+        try:
+            _own_mounts(libc, tmp, hidden, TMPFS_BYTES)
+            _sandbox(conn_fd, device_name, tmp, writable)
+        except BaseException as error:
+            print(f"kernelarena sandbox fork: {error!r}", flush=True)
+        os._exit(FORK_FAILED)
+    os.close(conn_fd)
+    # This process runs no solution code: it only holds the namespace's first process.
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def _reap_ended(forks: set[int], watched: set[int]) -> None:
+    """Reap the forks that ended and that the judge no longer watches: it reads a fork's status
+    from /proc while the fork is a zombie (``sandboxes.ForkedProcess``)."""
+    for pid in list(forks - watched):
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                continue
+        forks.discard(pid)
+
+
+def main(argv: list[str]) -> None:
+    control_fd, device_name = int(argv[0]), argv[1]
+    from kernelarena.evaluate.process_output import line_buffered_output
+
+    line_buffered_output()
+    die_with_parent()
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+    control = Connection(control_fd)
+    import torch  # noqa: F401  (what every fork would import: here once)
+
+    import kernelarena.compile
+    import kernelarena.evaluate.sandbox.server  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import triton  # noqa: F401
+    print(f"kernelarena sandbox zygote on {device_name}", flush=True)
+    control.send_bytes(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    forks: set[int] = set()
+    while True:
+        try:
+            request = control.recv()  # from the judge, the trusted side
+        except (EOFError, OSError):
+            os._exit(0)
+        _reap_ended(forks, set(request.get("watched", ())))
+        conn_fd, log_fd = receive_fds(control, 2)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                control.close()
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                os.close(log_fd)
+                _fork(request, conn_fd, device_name)
+            finally:
+                os._exit(FORK_FAILED)
+        forks.add(pid)
+        os.close(conn_fd)
+        os.close(log_fd)
+        control.send_bytes(json.dumps({"pid": pid}).encode())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
