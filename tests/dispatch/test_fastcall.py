@@ -178,7 +178,7 @@ def test_a_failing_compiler_leaves_the_python_wrapper_and_says_why(
     monkeypatch.setenv("KERNELARENA_RETRY_FAILED_BUILDS", "1")
     fastcall.build_and_load()
     assert runs.read_text().split() == ["run", "run"]
-    monkeypatch.setattr(fastcall, "_loaded", (None, why))  # as in a process where it failed
+    monkeypatch.setattr(fastcall._once, "loaded", (None, why))  # as in a process where it failed
     monkeypatch.delenv("KERNELARENA_APPLY_FASTPATH", raising=False)  # pytest --apply-fastpath
     assert fastcall.status() == f"Python ({why})"
 

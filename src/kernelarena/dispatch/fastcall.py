@@ -33,20 +33,36 @@ from kernelarena.paths import cache_base
 log = logging.getLogger("kernelarena.dispatch")
 SOURCE = Path(__file__).with_name("_fastcall.c")
 _COMPILE_SECONDS = 120
-_lock = threading.Lock()
-# (module, why not): loaded once per process; the module None where it could not be.
-_loaded: tuple[ModuleType | None, str] | None = None
+
+
+class LoadedOnce:
+    """A just-in-time module, built or loaded on the first ``module()`` in the process by
+    ``build`` (which returns (module, why not) and never raises); None where it could not be,
+    and ``why`` says why."""
+
+    def __init__(self, build: Callable[[], tuple[ModuleType | None, str]]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self.loaded: tuple[ModuleType | None, str] | None = None
+
+    def module(self) -> ModuleType | None:
+        if self.loaded is None:
+            with self._lock:
+                if self.loaded is None:
+                    self.loaded = self._build()
+        return self.loaded[0]
+
+    @property
+    def why(self) -> str:
+        self.module()
+        assert self.loaded is not None
+        return self.loaded[1]
 
 
 def module() -> ModuleType | None:
     """The compiled module, built or loaded on the first call in the process; None where it
     cannot be (``status()`` says why)."""
-    global _loaded
-    if _loaded is None:
-        with _lock:
-            if _loaded is None:
-                _loaded = build_and_load()
-    return _loaded[0]
+    return _once.module()
 
 
 def wanted() -> bool:
@@ -59,8 +75,7 @@ def status() -> str:
         return "Python (KERNELARENA_APPLY_FASTPATH=0)"
     if module() is not None:
         return "compiled"
-    assert _loaded is not None
-    return f"Python ({_loaded[1]})"
+    return f"Python ({_once.why})"
 
 
 def fast_callable(slow: Callable[..., Any], fallback: Callable[..., Any], arity: int) -> Any:
@@ -214,3 +229,6 @@ def _import(library: Path, name: str = "kernelarena.dispatch._fastcall") -> Modu
     loaded = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)
     return loaded
+
+
+_once = LoadedOnce(build_and_load)

@@ -19,7 +19,6 @@ import shlex
 import shutil
 import sys
 import sysconfig
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -30,18 +29,11 @@ from kernelarena.paths import cache_base
 
 log = logging.getLogger("kernelarena.dispatch")
 SOURCE = Path(__file__).with_name("_tensorcheck.cpp")
-_lock = threading.Lock()
-_loaded: tuple[ModuleType | None, str] | None = None
 
 
 def module() -> ModuleType | None:
     """The compiled module, built or loaded once per process; None where it cannot be."""
-    global _loaded
-    if _loaded is None:
-        with _lock:
-            if _loaded is None:
-                _loaded = build_and_load()
-    return _loaded[0]
+    return _once.module()
 
 
 def status() -> str:
@@ -50,8 +42,7 @@ def status() -> str:
         return "torch's TensorGuards (KERNELARENA_APPLY_FASTPATH=0)"
     if module() is not None:
         return "compiled"
-    assert _loaded is not None
-    return f"torch's TensorGuards ({_loaded[1]})"
+    return f"torch's TensorGuards ({_once.why})"
 
 
 def tensor_check(tensors: Sequence[Any]) -> Callable[..., bool] | None:
@@ -126,3 +117,6 @@ def _cache_key(compiler: list[str], flags: list[str], torch_version: str) -> str
         " ".join(flags).encode(),
     ]
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:24]
+
+
+_once = fastcall.LoadedOnce(build_and_load)

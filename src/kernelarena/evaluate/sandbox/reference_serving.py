@@ -173,8 +173,6 @@ class ReferenceServer:
                     if value.dtype != target.dtype or value.shape != target.shape:
                         raise ReferenceBroken(f"held result {index} changed since described")
                     target.copy_(value)
-            if self.device.type == "cuda":  # the judge reads the targets once this returns
-                torch.cuda.synchronize(self.device)
             return {"ok": True}
         except ReferenceBroken as broken:
             return {"broken": str(broken)}
@@ -215,12 +213,13 @@ class ReferenceServer:
             for value, target in zip(values, destinations, strict=False):
                 described.append(_describe(value, target, layout))
             described += [_describe(v, None, layout) for v in values[len(destinations) :]]
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
         return described
 
     def _done(self) -> None:
-        """Every set of the request forgotten (the judge reuses its arena for the next one)."""
+        """The request's copies finished (the judge reads its buffers once it answers), then
+        every set of the request forgotten (the judge reuses its arena for the next one)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         self.sandbox.sets.clear()
         release_unused(self.device)
         if (

@@ -40,21 +40,8 @@ def enter(namespace: str, writable: Iterable[str], confined: bool) -> str:
     """Point this process's caches at ``namespace``'s folder and, when ``confined`` (the sandbox's
     first confinement holds), confine writes to that folder and the other ``writable`` folders
     (the sandboxes' caches root dropped). Returns what holds, for the log."""
-    from kernelarena.evaluate.sandbox.bytecode import bytecode_folder
-    from kernelarena.evaluate.sandbox.confine import confine_writes
-
     root = sandbox_caches_root()
-    folder = sandbox_cache(namespace)
-    environment = cache_environment(folder)
-    # The judge's bytecode folder stays where it is (its default follows HOME): read, never written.
-    os.environ.setdefault("KERNELARENA_BYTECODE_CACHE", str(bytecode_folder()))
-    for path in environment.values():  # the folder itself is KERNELARENA_CACHE
-        Path(path).mkdir(parents=True, exist_ok=True)
-    os.environ.update(environment)
-    if not confined:
-        return f"caches in {folder} (writes not confined)"
-    others = [w for w in writable if Path(w) != root]
-    return f"caches in {folder}; " + confine_writes([str(folder), *others])
+    return _enter_folder(sandbox_cache(namespace), root, writable, confined)
 
 
 def enter_private(writable: Iterable[str], confined: bool) -> str:
@@ -62,15 +49,22 @@ def enter_private(writable: Iterable[str], confined: bool) -> str:
     removed with the run) and, when ``confined``, its writes confined to that folder and the
     other ``writable`` folders but the sandboxes' caches, so that it writes nothing a solution's
     sandbox loads. Returns what holds, for the log."""
-    from kernelarena.evaluate.sandbox.bytecode import bytecode_folder
-    from kernelarena.evaluate.sandbox.confine import confine_writes
-
     root = sandbox_caches_root()  # before KERNELARENA_CACHE points elsewhere
     # TMPDIR itself: a forked sandbox sets it after the fork, where tempfile's may be cached.
     folder = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "caches"
+    return _enter_folder(folder, root, writable, confined)
+
+
+def _enter_folder(folder: Path, root: Path, writable: Iterable[str], confined: bool) -> str:
+    """Point this process's caches at ``folder`` and, when ``confined``, confine writes to it
+    and the ``writable`` folders but ``root`` (the sandboxes' caches). Returns what holds."""
+    from kernelarena.evaluate.sandbox.bytecode import bytecode_folder
+    from kernelarena.evaluate.sandbox.confine import confine_writes
+
     environment = cache_environment(folder)
+    # The judge's bytecode folder stays where it is (its default follows HOME): read, never written.
     os.environ.setdefault("KERNELARENA_BYTECODE_CACHE", str(bytecode_folder()))
-    for path in environment.values():
+    for path in environment.values():  # the folder itself is KERNELARENA_CACHE
         Path(path).mkdir(parents=True, exist_ok=True)
     os.environ.update(environment)
     if not confined:
