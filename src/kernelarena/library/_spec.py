@@ -112,6 +112,37 @@ class SolutionSpec:
     shared: tuple[str, ...] = ()
 
 
+def triton_and_cuda(
+    name: str,
+    symbol: str,
+    *,
+    triton_shared: tuple[str, ...],
+    cuda_shared: tuple[str, ...],
+    triton_description: str,
+    cuda_description: str,
+) -> tuple[SolutionSpec, SolutionSpec]:
+    """An operator's own pair of kernels: ``triton/<name>.py`` (on CUDA, and on CPU through the
+    interpreter) and ``cuda/<name>.cu`` (sm_90a), entry ``symbol`` in each."""
+    return (
+        SolutionSpec(
+            "triton",
+            "triton",
+            f"triton/{name}.py::{symbol}",
+            shared=triton_shared,
+            targets=("cuda", "cpu"),
+            description=triton_description,
+        ),
+        SolutionSpec(
+            "cuda",
+            "cuda",
+            f"cuda/{name}.cu::{symbol}",
+            shared=cuda_shared,
+            targets=("sm_90a",),
+            description=cuda_description,
+        ),
+    )
+
+
 def shared_references(path: str, content: str) -> set[str]:
     """The files of library/_shared/ a source names (see _SHARED_INCLUDE and _SHARED_IMPORT)."""
     named = set(_SHARED_INCLUDE.findall(content))
