@@ -44,6 +44,49 @@ def to_storage(value, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
     return result
 
 
+@triton.jit
+def row_block(rows, hidden, BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr):
+    """A ``rows`` program's block: its rows (int64, a column, for 64-bit offsets), the columns,
+    which columns are in the row (all of them where EVEN_N: the masks fold away) and the mask of
+    the elements in range."""
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    col = tl.arange(0, BLOCK_N)
+    if EVEN_N:  # noqa: SIM108 (a static branch: Triton resolves it at compile time)
+        col_in = col < BLOCK_N  # always true: folded away
+    else:
+        col_in = col < hidden
+    mask = (row < rows)[:, None] & col_in[None, :]
+    return row.to(tl.int64)[:, None], col, col_in, mask
+
+
+@triton.jit
+def load_block(ptr, row64, row_stride, col, mask):
+    """The block's elements of a [rows, hidden] tensor, 0 outside it."""
+    return tl.load(ptr + row64 * row_stride + col[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def load_params(ptr, col, col_in):
+    """A per-column parameter (weight, bias): every program reads it, so it stays in L2."""
+    return tl.load(ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
+
+
+@triton.jit
+def store_block(ptr, row64, row_stride, col, mask, value, SOFTWARE_BF16: tl.constexpr):
+    """``value`` (float32) rounded to ptr's dtype, stored into the block's elements."""
+    tl.store(
+        ptr + row64 * row_stride + col[None, :],
+        to_storage(value, ptr.dtype.element_ty, SOFTWARE_BF16),
+        mask=mask,
+    )
+
+
+@triton.jit
+def store_chunk(row_ptr, col, mask, value, SOFTWARE_BF16: tl.constexpr):
+    """A ``wide`` kernel's store: ``value`` (float32) rounded to the row's dtype."""
+    tl.store(row_ptr + col, to_storage(value, row_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+
+
 def fixed_config(block_n: int) -> triton.Config:
     block_rows = max(1, TILE_ELEMENTS // block_n)
     num_warps = min(32, max(4, block_rows * block_n // (32 * ELEMENTS_PER_THREAD)))

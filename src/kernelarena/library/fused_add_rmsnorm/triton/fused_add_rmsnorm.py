@@ -12,84 +12,58 @@ time a (width, row-count bucket, dtype) is seen, warps per program and weight lo
 the reduction; calls under TUNE_MIN_ELEMENTS and the interpreter take the fixed plan. EVEN_N (a
 power-of-two width) drops the column masks.
 
-In place, always the fixed plan (16 values a thread), never a tuned one. Seen on an H200 (Triton 3.6,
-2026-11-22): an in-place fp32 call at 257x2500 under a tuned plan produced rows whose scale was off
-by a constant factor, as if the compiler, short of registers at 64 values a thread, had reloaded x
-and residual for the reduction after the residual store (legal only without aliasing). The fixed
-plan passed every in-place test there.
+In place, always the fixed plan (16 values a thread), never a tuned one: under a tuned plan (64
+values a thread) an in-place fp32 call produced rows whose scale was off by a constant factor, as
+if the compiler, short of registers, had reloaded x and residual for the reduction after the
+residual store (legal only without aliasing). The fixed plan passes every in-place test
+(docs/kernels/fused_add_rmsnorm.md).
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from ._shared.row_norm import RowNorm, to_storage, tuning_configs  # noqa: F401 (tests)
+from ._shared.row_norm import (  # noqa: F401 (tuning_configs: tests)
+    RowNorm,
+    load_block,
+    load_params,
+    row_block,
+    store_block,
+    store_chunk,
+    to_storage,
+    tuning_configs,
+)
 
 
 @triton.jit(do_not_specialize=["rows", "tune_tag"])
 def _fused_add_rmsnorm_rows(
-    x_ptr,
-    r_ptr,
-    w_ptr,
-    out_ptr,
-    r_out_ptr,
-    rows,
-    hidden,
-    x_row_stride,
-    r_row_stride,
-    out_row_stride,
-    r_out_row_stride,
-    eps,
-    tune_tag,  # never read: names the tuner in its tuning key (see _tune_tag)
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EVEN_N: tl.constexpr,
-    LATE_PARAMS: tl.constexpr,
-    SOFTWARE_BF16: tl.constexpr,
-):
-    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    col = tl.arange(0, BLOCK_N)
-    if EVEN_N:  # noqa: SIM108 (a static branch: Triton resolves it at compile time)
-        col_in = col < BLOCK_N  # always true: folded away
-    else:
-        col_in = col < hidden
-    mask = (row < rows)[:, None] & col_in[None, :]
-    row64 = row.to(tl.int64)[:, None]
-    x = tl.load(x_ptr + row64 * x_row_stride + col[None, :], mask=mask, other=0.0)
-    r = tl.load(r_ptr + row64 * r_row_stride + col[None, :], mask=mask, other=0.0)
+    x_ptr, r_ptr, w_ptr, out_ptr, r_out_ptr,
+    rows, hidden, x_row_stride, r_row_stride, out_row_stride, r_out_row_stride, eps,
+    tune_tag,  # never read: names the tuner in its tuning key (tuning.tune_tag)
+    BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
+    LATE_PARAMS: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+):  # fmt: skip
+    row64, col, col_in, mask = row_block(rows, hidden, BLOCK_ROWS, BLOCK_N, EVEN_N)
+    x = load_block(x_ptr, row64, x_row_stride, col, mask)
+    r = load_block(r_ptr, row64, r_row_stride, col, mask)
     if not LATE_PARAMS:
-        w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
+        w = load_params(w_ptr, col, col_in)
     s = to_storage(x.to(tl.float32) + r.to(tl.float32), r_out_ptr.dtype.element_ty, SOFTWARE_BF16)
     tl.store(r_out_ptr + row64 * r_out_row_stride + col[None, :], s, mask=mask)
     s = s.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(s * s, axis=1) / hidden + eps)
     if LATE_PARAMS:
-        w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
+        w = load_params(w_ptr, col, col_in)
     y = s * rstd[:, None] * w.to(tl.float32)[None, :]
-    tl.store(
-        out_ptr + row64 * out_row_stride + col[None, :],
-        to_storage(y, out_ptr.dtype.element_ty, SOFTWARE_BF16),
-        mask=mask,
-    )
+    store_block(out_ptr, row64, out_row_stride, col, mask, y, SOFTWARE_BF16)
 
 
 @triton.jit(do_not_specialize=["rows"])
 def _fused_add_rmsnorm_wide(
-    x_ptr,
-    r_ptr,
-    w_ptr,
-    out_ptr,
-    r_out_ptr,
-    rows,
-    hidden,
-    x_row_stride,
-    r_row_stride,
-    out_row_stride,
-    r_out_row_stride,
-    eps,
-    CHUNK: tl.constexpr,
-    SOFTWARE_BF16: tl.constexpr,
-):
+    x_ptr, r_ptr, w_ptr, out_ptr, r_out_ptr,
+    rows, hidden, x_row_stride, r_row_stride, out_row_stride, r_out_row_stride, eps,
+    CHUNK: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     r_row = r_ptr + row * r_row_stride
@@ -112,11 +86,7 @@ def _fused_add_rmsnorm_wide(
         mask = col < hidden
         s = tl.load(r_out_row + col, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
-        tl.store(
-            out_row + col,
-            to_storage(s * rstd * w, out_ptr.dtype.element_ty, SOFTWARE_BF16),
-            mask=mask,
-        )
+        store_chunk(out_row, col, mask, s * rstd * w, SOFTWARE_BF16)
 
 
 # -- launch plans (library/_shared/row_norm.py) ------------------------------------------------

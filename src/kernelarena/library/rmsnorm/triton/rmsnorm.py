@@ -14,62 +14,43 @@ import torch
 import triton
 import triton.language as tl
 
-from ._shared.row_norm import RowNorm, to_storage, tuning_configs  # noqa: F401 (tests)
+from ._shared.row_norm import (  # noqa: F401 (tuning_configs: tests)
+    RowNorm,
+    load_block,
+    load_params,
+    row_block,
+    store_block,
+    store_chunk,
+    tuning_configs,
+)
 
 
 @triton.jit(do_not_specialize=["rows", "tune_tag"])
 def _rmsnorm_rows(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    rows,
-    hidden,
-    x_row_stride,
-    out_row_stride,
-    eps,
-    tune_tag,  # never read: names the tuner in its tuning key (see _tune_tag)
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EVEN_N: tl.constexpr,
-    LATE_PARAMS: tl.constexpr,
-    SOFTWARE_BF16: tl.constexpr,
-):
-    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    col = tl.arange(0, BLOCK_N)
-    if EVEN_N:  # noqa: SIM108 (a static branch: Triton resolves it at compile time)
-        col_in = col < BLOCK_N  # always true: folded away
-    else:
-        col_in = col < hidden
-    mask = (row < rows)[:, None] & col_in[None, :]
-    row64 = row.to(tl.int64)[:, None]
-    x = tl.load(x_ptr + row64 * x_row_stride + col[None, :], mask=mask, other=0.0)
+    x_ptr, w_ptr, out_ptr,
+    rows, hidden, x_row_stride, out_row_stride, eps,
+    tune_tag,  # never read: names the tuner in its tuning key (tuning.tune_tag)
+    BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
+    LATE_PARAMS: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+):  # fmt: skip
+    row64, col, col_in, mask = row_block(rows, hidden, BLOCK_ROWS, BLOCK_N, EVEN_N)
+    x = load_block(x_ptr, row64, x_row_stride, col, mask)
     if not LATE_PARAMS:
-        w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
+        w = load_params(w_ptr, col, col_in)
     x = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / hidden + eps)
     if LATE_PARAMS:
-        w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
+        w = load_params(w_ptr, col, col_in)
     y = x * rstd[:, None] * w.to(tl.float32)[None, :]
-    tl.store(
-        out_ptr + row64 * out_row_stride + col[None, :],
-        to_storage(y, out_ptr.dtype.element_ty, SOFTWARE_BF16),
-        mask=mask,
-    )
+    store_block(out_ptr, row64, out_row_stride, col, mask, y, SOFTWARE_BF16)
 
 
 @triton.jit(do_not_specialize=["rows"])
 def _rmsnorm_wide(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    rows,
-    hidden,
-    x_row_stride,
-    out_row_stride,
-    eps,
-    CHUNK: tl.constexpr,
-    SOFTWARE_BF16: tl.constexpr,
-):
+    x_ptr, w_ptr, out_ptr,
+    rows, hidden, x_row_stride, out_row_stride, eps,
+    CHUNK: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     out_row = out_ptr + row * out_row_stride
@@ -84,11 +65,7 @@ def _rmsnorm_wide(
         mask = col < hidden
         x = tl.load(x_row + col, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
-        tl.store(
-            out_row + col,
-            to_storage(x * rstd * w, out_ptr.dtype.element_ty, SOFTWARE_BF16),
-            mask=mask,
-        )
+        store_chunk(out_row, col, mask, x * rstd * w, SOFTWARE_BF16)
 
 
 # -- launch plans (library/_shared/row_norm.py) ------------------------------------------------
