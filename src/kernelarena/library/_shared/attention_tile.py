@@ -14,10 +14,18 @@ softmax.
   masked pointer loads. DOT_F32 widens the dot operands to float32 after the same rounding of P
   (Triton's CPU interpreter multiplies the bit patterns of bfloat16 operands,
   triton-lang/triton#11584).
+
+The host side both solutions share: the launch plan (``launch_config``) and whether the tiles can
+come through TMA (``tma_usable``, ``allocate_descriptors``).
 """
 
+import torch
 import triton
 import triton.language as tl
+
+LOG2E = 1.4426950408889634
+# In-kernel TMA descriptors (public since Triton 3.4); older Tritons take the pointer path.
+HAS_DEVICE_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")
 
 
 @triton.jit
@@ -179,3 +187,58 @@ def attend_query_block(
     else:
         tl.store(o_base + rows[:, None] * stride_os + dims[None, :], o, mask=rows[:, None] < seq_q)
     return rows, lse
+
+
+# -- host side ---------------------------------------------------------------------------------
+
+
+def check_heads(op: str, head_dim: int, q_heads: int, kv_heads: int, q, k, v, o) -> None:
+    """The shapes both kernels take: head_dim 64 or 128, whole query groups, unit last strides."""
+    if head_dim not in (64, 128) or kv_heads == 0 or q_heads % kv_heads:
+        raise ValueError(
+            f"{op}: head_dim {head_dim} (64 or 128) and q_heads {q_heads} "
+            f"a multiple of kv_heads {kv_heads} are required"
+        )
+    if any(t.stride(-1) != 1 for t in (q, k, v, o)):
+        raise ValueError(f"{op}: the last dimension of q, k, v and o must be contiguous")
+
+
+def launch_config(head_dim: int, seq_q: float, device: torch.device) -> dict:
+    """BLOCK_M, BLOCK_N, num_warps and num_stages for sequences of ``seq_q`` queries (the mean
+    length where they vary)."""
+    if device.type != "cuda":
+        # The interpreter runs each tile op in numpy: small tiles keep CPU tests quick.
+        return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    if seq_q <= 64:
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    if torch.cuda.get_device_capability(device)[0] >= 9:
+        # Two warpgroups, each a 64-row wgmma slice of a 128 x 128 score tile. Shared memory per
+        # stage: K and V tiles of 128 x dim x 2 bytes (64 KB at dim 128, so 2 stages + Q = 160 KB
+        # of the 227 KB an SM offers; 3 stages at dim 64).
+        return {
+            "BLOCK_M": 128,
+            "BLOCK_N": 128,
+            "num_warps": 8,
+            "num_stages": 2 if head_dim == 128 else 3,
+        }
+    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+
+
+def tma_usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> bool:
+    """Whether the tiles can come through TMA: sm_90 or later, in-kernel descriptors, and a
+    16-byte aligned base per (sequence, head) and 16-byte aligned row strides."""
+    if not (
+        q.is_cuda and HAS_DEVICE_DESCRIPTORS and torch.cuda.get_device_capability(q.device)[0] >= 9
+    ):
+        return False
+    for t in (q, k, v, o):
+        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def allocate_descriptors(device: torch.device) -> None:
+    """Device-side descriptors live in a global scratch that Triton asks the allocator for."""
+    triton.set_allocator(
+        lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device)
+    )

@@ -22,11 +22,14 @@ import torch
 import triton
 import triton.language as tl
 
-from ._shared.attention_tile import attend_query_block
-
-_LOG2E = 1.4426950408889634
-# In-kernel TMA descriptors (public since Triton 3.4); older Tritons take the pointer path.
-_HAS_DEVICE_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")
+from ._shared.attention_tile import (
+    LOG2E,
+    allocate_descriptors,
+    attend_query_block,
+    check_heads,
+    launch_config,
+    tma_usable,
+)
 
 
 # Lengths, counts and lse strides (multiples of seq_q) are not specialized: one binary serves
@@ -100,33 +103,6 @@ def _prefill_kernel(
     tl.store(lse_base + rows * stride_ls, lse, mask=rows < seq_q)
 
 
-def _config(head_dim: int, seq_q: int, device: torch.device) -> dict:
-    if device.type != "cuda":
-        # The interpreter runs each tile op in numpy: small tiles keep CPU tests quick.
-        return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
-    if seq_q <= 64:
-        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-    if torch.cuda.get_device_capability(device)[0] >= 9:
-        # Two warpgroups, each a 64-row wgmma slice of a 128 x 128 score tile. Shared memory per
-        # stage: K and V tiles of 128 x dim x 2 bytes (64 KB at dim 128, so 2 stages + Q = 160 KB
-        # of the 227 KB an SM offers; 3 stages at dim 64).
-        return {
-            "BLOCK_M": 128,
-            "BLOCK_N": 128,
-            "num_warps": 8,
-            "num_stages": 2 if head_dim == 128 else 3,
-        }
-    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-
-
-def _tma_ready(tensors: list[torch.Tensor]) -> bool:
-    """TMA needs a 16-byte aligned base per (batch, head) and 16-byte aligned row strides."""
-    for t in tensors:
-        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:-1]):
-            return False
-    return True
-
-
 def run(q, k, v, sm_scale, causal, o, lse):
     launch(q, k, v, sm_scale, causal, o, lse)
 
@@ -137,31 +113,14 @@ def launch(q, k, v, sm_scale, causal, o, lse, use_tma=None, config=None):
     (BLOCK_M, BLOCK_N, num_warps, num_stages; the benchmark's tuning sweep sets it)."""
     batch, q_heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
-    if head_dim not in (64, 128) or kv_heads == 0 or q_heads % kv_heads:
-        raise ValueError(
-            f"attention_prefill: head_dim {head_dim} (64 or 128) and q_heads {q_heads} "
-            f"a multiple of kv_heads {kv_heads} are required"
-        )
-    if any(t.stride(-1) != 1 for t in (q, k, v, o)):
-        raise ValueError(
-            "attention_prefill: the last dimension of q, k, v and o must be contiguous"
-        )
+    check_heads("attention_prefill", head_dim, q_heads, kv_heads, q, k, v, o)
     if batch == 0 or q_heads == 0 or seq_q == 0:
         return
-    config = config or _config(head_dim, seq_q, q.device)
+    config = config or launch_config(head_dim, seq_q, q.device)
     if use_tma is None:
-        use_tma = (
-            q.is_cuda
-            and seq_kv > 0
-            and _HAS_DEVICE_DESCRIPTORS
-            and torch.cuda.get_device_capability(q.device)[0] >= 9
-            and _tma_ready([q, k, v, o])
-        )
+        use_tma = seq_kv > 0 and tma_usable(q, k, v, o)
     if use_tma:
-        # Device-side descriptors live in a global scratch that Triton asks the allocator for.
-        triton.set_allocator(
-            lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=q.device)
-        )
+        allocate_descriptors(q.device)
     num_m_blocks = triton.cdiv(seq_q, config["BLOCK_M"])
     grid = (num_m_blocks * batch * q_heads,)
     _prefill_kernel[grid](
@@ -179,7 +138,7 @@ def launch(q, k, v, sm_scale, causal, o, lse, use_tma=None, config=None):
         q_heads // kv_heads,
         seq_q,
         seq_kv,
-        float(sm_scale) * _LOG2E,
+        float(sm_scale) * LOG2E,
         num_m_blocks,
         HEAD_DIM=head_dim,
         BLOCK_M=config["BLOCK_M"],

@@ -25,11 +25,14 @@ import torch
 import triton
 import triton.language as tl
 
-from ._shared.attention_tile import attend_query_block
-
-_LOG2E = 1.4426950408889634
-# In-kernel TMA descriptors (public since Triton 3.4); older Tritons take the pointer path.
-_HAS_DEVICE_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")
+from ._shared.attention_tile import (
+    LOG2E,
+    allocate_descriptors,
+    attend_query_block,
+    check_heads,
+    launch_config,
+    tma_usable,
+)
 
 
 # Counts and the lse row stride (q_heads) are not specialized: fewer binaries.
@@ -100,30 +103,6 @@ def _varlen_kernel(
     tl.store(lse_ptr + lse_rows * stride_lt + head * stride_lh, lse, mask=rows < seq_q)
 
 
-def _config(head_dim: int, mean_seq_q: float, device: torch.device) -> dict:
-    if device.type != "cuda":
-        return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
-    if mean_seq_q <= 64:
-        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-    if torch.cuda.get_device_capability(device)[0] >= 9:
-        # As attention_prefill: 128 x 128 score tiles over two warpgroups.
-        return {
-            "BLOCK_M": 128,
-            "BLOCK_N": 128,
-            "num_warps": 8,
-            "num_stages": 2 if head_dim == 128 else 3,
-        }
-    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-
-
-def _tma_ready(tensors: list[torch.Tensor]) -> bool:
-    """TMA needs a 16-byte aligned base per (sequence, head) and 16-byte aligned row strides."""
-    for t in tensors:
-        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:-1]):
-            return False
-    return True
-
-
 def run(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal, o, lse):
     launch(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal, o, lse)
 
@@ -135,30 +114,14 @@ def launch(
     total_q, q_heads, head_dim = q.shape
     kv_heads = k.shape[1]
     batch = cu_seqlens_q.shape[0] - 1
-    if head_dim not in (64, 128) or kv_heads == 0 or q_heads % kv_heads:
-        raise ValueError(
-            f"attention_prefill_varlen: head_dim {head_dim} (64 or 128) and q_heads {q_heads} "
-            f"a multiple of kv_heads {kv_heads} are required"
-        )
-    if any(t.stride(-1) != 1 for t in (q, k, v, o)):
-        raise ValueError(
-            "attention_prefill_varlen: the last dimension of q, k, v and o must be contiguous"
-        )
+    check_heads("attention_prefill_varlen", head_dim, q_heads, kv_heads, q, k, v, o)
     if total_q == 0 or batch <= 0 or q_heads == 0:
         return
-    config = config or _config(head_dim, total_q / batch, q.device)
+    config = config or launch_config(head_dim, total_q / batch, q.device)
     if use_tma is None:
-        use_tma = (
-            q.is_cuda
-            and _HAS_DEVICE_DESCRIPTORS
-            and torch.cuda.get_device_capability(q.device)[0] >= 9
-            and _tma_ready([q, k, v, o])
-        )
+        use_tma = tma_usable(q, k, v, o)
     if use_tma:
-        # Device-side descriptors live in a global scratch that Triton asks the allocator for.
-        triton.set_allocator(
-            lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=q.device)
-        )
+        allocate_descriptors(q.device)
     slots = triton.cdiv(total_q, config["BLOCK_M"]) + batch
     _varlen_kernel[(slots, q_heads)](
         q,
@@ -176,7 +139,7 @@ def launch(
         batch,
         q_heads,
         q_heads // kv_heads,
-        float(sm_scale) * _LOG2E,
+        float(sm_scale) * LOG2E,
         HEAD_DIM=head_dim,
         BLOCK_M=config["BLOCK_M"],
         BLOCK_N=config["BLOCK_N"],
