@@ -239,6 +239,25 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch
             raise ValueError(f"linear_act: the last dimension of {name} must be contiguous")
 
 
+def _operands(x, weight, out, config: Config, load_tma: bool, store_tma: bool, subtile: bool):
+    """What the kernel reads and writes: TMA descriptors over x and weight where ``load_tma``, over
+    out where ``store_tma`` (half-width blocks where ``subtile``), else the tensors themselves."""
+    (m, k), n = x.shape, weight.shape[0]
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    if load_tma:
+        x_src = TensorDescriptor(x, [m, k], [x.stride(0), 1], [bm, bk])
+        w_src = TensorDescriptor(weight, [n, k], [weight.stride(0), 1], [bn, bk])
+    else:
+        x_src, w_src = x, weight
+    if store_tma:
+        out_dst = TensorDescriptor(
+            out, [m, n], [out.stride(0), 1], [bm, bn // 2 if subtile else bn]
+        )
+    else:
+        out_dst = out
+    return x_src, w_src, out_dst
+
+
 def linear_act(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -263,17 +282,7 @@ def linear_act(
 
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     subtile = config.epilogue_subtile and store_tma
-    if load_tma:
-        x_src = TensorDescriptor(x, [m, k], [x.stride(0), 1], [bm, bk])
-        w_src = TensorDescriptor(weight, [n, k], [weight.stride(0), 1], [bn, bk])
-    else:
-        x_src, w_src = x, weight
-    if store_tma:
-        out_dst = TensorDescriptor(
-            out, [m, n], [out.stride(0), 1], [bm, bn // 2 if subtile else bn]
-        )
-    else:
-        out_dst = out
+    x_src, w_src, out_dst = _operands(x, weight, out, config, load_tma, store_tma, subtile)
     if on_gpu:
         programs = config.programs_per_sm * _multiprocessors(x.device.index or 0)
     else:
