@@ -177,6 +177,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda/nvfp4_gemv.cu::run",
             extra_files=_CUDA_HEADERS,
+            shared=("nvfp4_decode.cuh",),
             targets=("sm_90a",),
             description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; warps that sweep whole rows alone, "
             "b decoded once a block into shared memory and A in a register ring 3-6 steps deep, "
@@ -189,6 +190,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda/nvfp4_gemv.cu::run_permuted",
             extra_files=_CUDA_HEADERS,
+            shared=("nvfp4_decode.cuh",),
             targets=("sm_90a",),
             description="The CUDA solution reading sfa_permuted/sfb_permuted.",
         ),
@@ -197,6 +199,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cute/nvfp4_gemv_cute.cu::run",
             extra_files=("cute/nvfp4_gemv_cute.cuh",),
+            shared=("nvfp4_decode.cuh",),
             targets=("sm_90a",),
             dependencies=("cutlass",),
             description=f"CuTe (CUTLASS C++ headers). Reads sfa/sfb. {_SOLUTION_NOTES}; the CUDA "

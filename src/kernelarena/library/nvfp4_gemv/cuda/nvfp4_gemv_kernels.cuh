@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) gemv_kernel(const Params p) {
   const int64_t last = first_item(p, blockIdx.x + 1);
   if (first >= last) return;  // the same for the whole block
 
-  const uint32_t zero = opaque_zero(p);
+  const uint32_t zero = opaque_zero(p.m);
   const uint32_t positive = kPositiveLow + zero;
   const uint32_t negative = kNegativeLow + zero;
 
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) gemv_async_kernel(con
   const int64_t last = first_item(p, blockIdx.x + 1);
   if (first >= last) return;  // the same for the whole block
 
-  const uint32_t zero = opaque_zero(p);
+  const uint32_t zero = opaque_zero(p.m);
   const uint32_t positive = kPositiveLow + zero;
   const uint32_t negative = kNegativeLow + zero;
 
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kMaxThreads + 32, kMinBlocks) gemv_bulk_kernel
     return;
   }
 
-  const uint32_t zero = opaque_zero(p);
+  const uint32_t zero = opaque_zero(p.m);
   const uint32_t positive = kPositiveLow + zero;
   const uint32_t negative = kNegativeLow + zero;
   Lane<kChunks> lane;

@@ -176,7 +176,7 @@ bool launch_rows(int variant, const Params& params, int device, cudaStream_t str
   const int64_t l = params.items / params.tiles_per_batch;  // items: tiles_per_batch a batch
   const Params p = rows_split(spec, params, l, device);
   const Kernel kernel = kernel_for<1>(variant);
-  const size_t shared = rows_shared_bytes(uint32_t(p.k_slices) * p.slice_chunks, p.k_slices, p.rows_cap);
+  const size_t shared = shared_vector_bytes(uint32_t(p.k_slices) * p.slice_chunks, p.k_slices, p.rows_cap);
   const int optin = shared_optin(device);
   if (shared > size_t(optin) ||
       resident_blocks(reinterpret_cast<const void*>(kernel), device, kMaxThreads, shared, optin) == 0) {
