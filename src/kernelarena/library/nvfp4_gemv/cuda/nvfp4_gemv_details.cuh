@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "_shared/mbarrier.cuh"
 #include "_shared/nvfp4_decode.cuh"
 
 namespace nvfp4_gemv {
@@ -279,10 +280,6 @@ __device__ __forceinline__ int next_reducer(const Team& team, int reducer) {
 // back only those, so cp.async.wait_group alone orders the copy before the read: no barrier, no
 // mbarrier, nothing that can deadlock. A zero source size writes zeros and reads nothing.
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // 16 bytes of A, past L1 (.cg: A is read once).
 __device__ __forceinline__ void copy_async_16(uint32_t shared, const void* global, uint32_t bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global), "r"(bytes) : "memory");
@@ -353,37 +350,6 @@ __device__ __forceinline__ void read_tile(const uint4* a_stage, const uint16_t* 
 // -- bulk copies (cp.async.bulk and mbarriers, sm_90) -----------------------------------------------
 // One producer lane a row moves whole rows of A and of sfa into a shared-memory stage; the stage's
 // "full" barrier counts the bytes (complete_tx), its "empty" barrier one arrival per decoding warp.
-
-__device__ __forceinline__ void barrier_init(uint32_t barrier, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
-}
-
-// Makes the initialised barriers visible to the copy engine (the async proxy) before any use.
-__device__ __forceinline__ void barrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void barrier_expect_bytes(uint32_t barrier, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(uint32_t barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
-}
-
-// Waits for the completion of the barrier's phase of this parity. A fresh barrier is in phase 0,
-// so waiting for parity 1 returns at once (the producer's first pass over the empty stages).
-__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n"
-      "}\n" ::"r"(barrier),
-      "r"(parity)
-      : "memory");
-}
 
 // A is read once: its lines are the first the L2 may evict.
 __device__ __forceinline__ uint64_t evict_first_policy() {
