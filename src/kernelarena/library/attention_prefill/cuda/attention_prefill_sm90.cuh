@@ -24,15 +24,13 @@
 #include "attention_prefill_ptx.cuh"
 
 // Ping-pong between the consumer warpgroups (FlashAttention-3): each issues its GEMMs only after
-// the other has issued its own, so one's softmax lines up with the other's GEMMs. H100,
-// 2026-11-25, b4 h32 s4096 bf16 (TFLOP/s without / with): d128 causal 509 / 525, d64 full
-// 377 / 413, d64 causal 338 / 373, d128 full 589 / 584 (within the spread of repeated runs).
+// the other has issued its own, so one's softmax lines up with the other's GEMMs (3-10% faster on
+// an H100 but for d128 full, where it is within the spread of runs).
 // Where O takes its softmax factor: 1 rescales O between issuing S = Q K^T of the next key tile
 // and O += P V (FlashAttention-3's order: the multiplies run while the tensor cores work on S);
-// 0 rescales after O += P V completes. 0 measured faster, perhaps because under ping-pong the
-// multiplies sit inside the warpgroup's turn and delay the other's GEMMs: H100, 2026-11-25, b4
-// h32 s4096 bf16 (TFLOP/s, 0 / 1): d128 full 572 / 565, causal 511 / 502, causal GQA 509 / 487,
-// d64 full 412 / 405, fp16 d128 full 549 / 519.
+// 0 rescales after O += P V completes. 0 measured faster (1-6%), perhaps because under ping-pong
+// the multiplies sit inside the warpgroup's turn and delay the other's GEMMs. The numbers:
+// docs/kernels/attention_prefill_cuda.md.
 #ifndef ATTENTION_PREFILL_EARLY_RESCALE
 #define ATTENTION_PREFILL_EARLY_RESCALE 0
 #endif
