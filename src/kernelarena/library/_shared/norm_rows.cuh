@@ -1,5 +1,5 @@
 // The launch plan of the library's CUDA row norms (rmsnorm, layernorm, fused_add_rmsnorm): one
-// template, the kernels apart.
+// template, the kernels apart; and the output pass the two RMS norms share.
 //
 // A norm brings a kernel that stages whole rows in shared memory (blockDim.y rows a block,
 // blockDim.x threads a row, kAccesses accesses of kVec elements a thread; access a of a thread
@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "_shared/device.cuh"
+#include "_shared/vector_io.cuh"
 
 namespace {
 
@@ -61,6 +62,42 @@ void launch_staged(void (*kernel)(Params...), const Plan& p, int64_t rows, size_
   const dim3 grid(static_cast<unsigned>(ceil_div(rows, p.rows_per_block)));
   const dim3 block(p.threads, p.rows_per_block);
   kernel<<<grid, block, shared, stream>>>(args...);
+}
+
+// The RMS norms' output (rmsnorm, fused_add_rmsnorm): out = row * rstd * weight, in float32 and
+// rounded once. From a staged row: this thread's kAccesses accesses, in the staging layout above,
+// with the weight already in registers (loaded before the reduction, so its L2 latency hides under
+// the row's).
+template <typename T, int kVec, int kAccesses>
+__device__ __forceinline__ void store_rms_staged(const T* staged, const Pack<T, kVec> (&weights)[kAccesses], float rstd,
+                                                 T* out_row, int hidden, bool live) {
+#pragma unroll
+  for (int a = 0; a < kAccesses; ++a) {
+    const int col = (a * blockDim.x + threadIdx.x) * kVec;
+    if (live && col < hidden) {
+      const Pack<T, kVec> p = load<T, kVec>(staged + col);
+      Pack<T, kVec> y;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) y.v[k] = from_float<T>(to_float(p.v[k]) * rstd * to_float(weights[a].v[k]));
+      store<T, kVec>(out_row + col, y);
+    }
+  }
+}
+
+// The same from a row too wide to stage (one block a row, this thread's columns of it): the wide
+// kernels' second pass, reading the row and the weight again.
+template <typename T, int kVec>
+__device__ __forceinline__ void store_rms_wide(const T* row, const T* __restrict__ weight, float rstd, T* out_row,
+                                               int hidden) {
+  const int step = blockDim.x * kVec;
+  for (int col = threadIdx.x * kVec; col < hidden; col += step) {
+    const Pack<T, kVec> p = load<T, kVec>(row + col);
+    const Pack<T, kVec> w = load_read_only<T, kVec>(weight + col);
+    Pack<T, kVec> y;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) y.v[k] = from_float<T>(to_float(p.v[k]) * rstd * to_float(w.v[k]));
+    store<T, kVec>(out_row + col, y);
+  }
 }
 
 // ``Norm`` launches its kernels: Norm::rows<T, kVec, kAccesses>(plan, args, stream) and

@@ -116,6 +116,7 @@ OPERATOR = OperatorSpec(
                 "cuda/attention_prefill_sm90.cuh",
                 "cuda/attention_prefill_simple.cuh",
             ),
+            shared=("mbarrier.cuh",),
             targets=("sm_90a",),
             description="FlashAttention-3 structure in PTX: TMA, mbarriers, wgmma, a producer "
             "and two ping-ponged consumer warpgroups; a portable path for strides TMA cannot take.",

@@ -11,10 +11,10 @@
 // - weight is loaded into registers at the start, so its L2 latency overlaps x's HBM latency; bias
 //   is copied to shared memory at the start (cp.async, with x), one copy per block, and read from
 //   there for the output. (Held in registers beside weight it spills for 8 accesses of bf16; loaded
-//   into registers after the reductions, as before 2026-11-22, it cost every row an exposed L2 round
-//   trip and 128 registers a thread (ptxas, bf16, 8192 wide), so 4 blocks per SM: 78% of the copy
-//   bandwidth at 32768x8192 on an H200; now 94 registers and 32 KB of shared memory, 5 blocks per
-//   SM.) weight and bias stay in L2 for every row.
+//   into registers after the reductions it costs every row an exposed L2 round trip and 128
+//   registers a thread (ptxas, bf16, 8192 wide), so 4 blocks per SM: 78% of the copy bandwidth at
+//   32768x8192 on an H200. Staged: 94 registers and 32 KB of shared memory, 5 blocks per SM; see
+//   docs/kernels/layernorm.md.) weight and bias stay in L2 for every row.
 // - Threads per row: the fewest (one warp at least) covering the row in 8 copies each; rows
 //   narrower than 4 warps share a block of 128 threads; few rows (launch-bound) spread wider.
 // - Row sums: warp shuffles, then one shared-memory step across the row's warps.

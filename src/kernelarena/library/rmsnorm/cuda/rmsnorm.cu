@@ -72,18 +72,7 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   const float rstd = rsqrtf(row_sum(sum, scratch) / static_cast<float>(hidden) + eps);
-  T* out_row = out + row * out_stride;
-#pragma unroll
-  for (int a = 0; a < kAccesses; ++a) {
-    const int col = (a * blockDim.x + threadIdx.x) * kVec;
-    if (live && col < hidden) {
-      const Pack<T, kVec> p = load<T, kVec>(staged + col);
-      Pack<T, kVec> y;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) y.v[k] = from_float<T>(to_float(p.v[k]) * rstd * to_float(ws[a].v[k]));
-      store<T, kVec>(out_row + col, y);
-    }
-  }
+  store_rms_staged<T, kVec, kAccesses>(staged, ws, rstd, out + row * out_stride, hidden, live);
 }
 
 // Rows too wide to stage: one block per row, two passes over x (the second mostly from L2).
@@ -105,14 +94,7 @@ __global__ void __launch_bounds__(kWideThreads)
     }
   }
   const float rstd = rsqrtf(row_sum(sum, scratch) / static_cast<float>(hidden) + eps);
-  for (int col = threadIdx.x * kVec; col < hidden; col += step) {
-    const Pack<T, kVec> p = load<T, kVec>(x_row + col);
-    const Pack<T, kVec> w = load_read_only<T, kVec>(weight + col);
-    Pack<T, kVec> y;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) y.v[k] = from_float<T>(to_float(p.v[k]) * rstd * to_float(w.v[k]));
-    store<T, kVec>(out_row + col, y);
-  }
+  store_rms_wide<T, kVec>(x_row, weight, rstd, out_row, hidden);
 }
 
 // The tensors of one call, already checked: x and out [rows, hidden] with contiguous rows.
