@@ -21,8 +21,8 @@ jobs each device took (jobs go to whichever worker is free), land in
 
 Each run also prints where its devices' time went, as the engine records it (``evaluate/
 stage_clock.py``): per device, the sandboxes its judge started and the mean milliseconds per job
-in each phase of the judge (decode, sandbox_start, build, checks, spare_wait, timing, finish,
-reply), its idle wait between jobs and the parent's share, then the larger nested stages
+in each phase of the judge (decode, sandbox_start, build, checks, timing, finish, reply),
+its idle wait between jobs and the parent's share, then the larger nested stages
 (``timing/judge_clocks/sandbox:eager``: the judge's clocks waiting on the sandbox). The JSON keeps
 every stage of every run (``stages``) and, per device count, the phases of the median run
 (``ms_per_job_by_phase``). ``--profile DIR`` also writes cProfile files of each measured run's

@@ -220,6 +220,64 @@ case "$stage" in
         tests/test_fib_tilelang.py > "$OUT/lang-fib-tests.txt" 2>&1; tail -20 "$OUT/lang-fib-tests.txt"
     fi
     ;;
+  judge-cost)  # issues 36 and 40: the engine's cost per job. COST_PARTS: fib (bench_vs_flashinfer_bench,
+               # .whl-fib carried) and variants (VARIANTS="name=VAR=value,..."; "old*" runs .old-src), each
+               # variant's wall time and, in code that has it, its stage table
+    parts=${COST_PARTS:-fib variants}
+    if [[ $parts == *fib* ]]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl-fib/flashinfer_bench*.whl .whl-fib/docstring*.whl || exit 1
+      log "vs flashinfer-bench"
+      timeout ${FIB_TIMEOUT:-400} python3 benchmarks/bench_vs_flashinfer_bench.py --repeat ${FIB_REPEAT:-3} \
+        --git-rev "${REV:-}" --label "${LABEL:-}" > "$OUT/vs_fib.txt" 2>&1
+      grep -B2 -A24 "Wall time" "$OUT/vs_fib.txt" | head -60
+      cp "$(ls -t benchmarks/results/vs_flashinfer_bench_*.json | head -1)" "$OUT/"
+    fi
+    if [[ $parts == *variants* ]]; then
+      defs=${DEFS:-rmsnorm_bf16}
+      for variant in ${VARIANTS:-warm= old= new= judgeref=KERNELARENA_REFERENCE_SANDBOX=0}; do
+        name=${variant%%=*}; settings=${variant#*=}
+        source_path=$PWD/src; [[ $name == old* ]] && source_path=$PWD/.old-src/src
+        rm -rf /tmp/ds-cost; start=$(date +%s.%N); profile=()
+        # COST_PROFILE=1: the judges under cProfile, a summary of each in $OUT/prof-<variant>
+        [ -n "${COST_PROFILE:-}" ] && profile=(KERNELARENA_WORKER_PROFILE=$OUT/prof-$name)
+        env ${settings//,/ } "${profile[@]}" PYTHONPATH=$source_path:$PWD:/tmp/site KERNELARENA_DATASET=/tmp/ds-cost \
+          timeout ${RUN_TIMEOUT:-150} python3 -m kernelarena.cli run $defs --suite performance \
+          --device cuda:0 --allow-failures --trials 2 --json > "$OUT/cost_$name.json" 2> "$OUT/cost_$name.err"
+        wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')")
+        python3 - "$OUT/cost_$name.json" "$name" "$wall" <<'EOF'
+import json, sys
+from kernelarena.evaluate.executors.job_stages import stage_table
+path, name, wall = sys.argv[1:]
+try:
+    found = json.load(open(path))
+except ValueError:
+    print(f"variant {name}: {wall} s, no JSON"); sys.exit()
+statuses = {}
+for trace in found["traces"]:
+    status = trace["evaluation"]["status"]
+    statuses[status] = statuses.get(status, 0) + 1
+# Eager clocks far above both the host's submit time and the GPU time: a timing disturbed.
+inflated = 0
+for trace in found["traces"]:
+    performance = trace["evaluation"].get("performance") or {}
+    eager, submit = performance.get("eager_call_ms"), performance.get("host_submit_ms")
+    if eager and submit and eager > 1.8 * max(submit, performance.get("latency_ms") or 0):
+        inflated += 1
+print(f"variant {name}: {wall} s, {len(found['traces'])} traces {statuses}, {inflated} eager clocks inflated")
+print("\n".join(stage_table(found.get("stages", {}), name)))
+EOF
+        if [ -d "$OUT/prof-$name" ]; then
+          python3 -c "import sys; from pathlib import Path; from benchmarks.profiles import summarize; summarize(Path(sys.argv[1]))" "$OUT/prof-$name"
+          [ -n "${PROFILE_CALLERS:-}" ] && python3 -c "import glob, pstats, sys
+for f in glob.glob(sys.argv[1] + '/*.prof'):
+    s = pstats.Stats(f); s.strip_dirs(); s.sort_stats('tottime')
+    for name in sys.argv[2:]: s.print_callers(name)" "$OUT/prof-$name" $PROFILE_CALLERS 2>&1 | grep -v "^$" | head -60
+          rm -f "$OUT/prof-$name"/*.prof
+        fi
+      done
+    fi
+    ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
 log "done"

@@ -1,5 +1,6 @@
-"""Spare sandboxes are started before a timing, never beside it (``Sandboxes.settle``). On the CPU
-sandboxes are forked when needed (``zygote``): these tests start them as programs, as a GPU does."""
+"""Spare sandboxes never run beside a timing: the judge stops them while it times
+(``Sandboxes.spares_stopped``) instead of waiting for them to start. On the CPU sandboxes are
+forked when needed (``zygote``): these tests start them as programs, as a GPU does."""
 
 from __future__ import annotations
 
@@ -16,29 +17,40 @@ def _spares_as_programs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELARENA_ZYGOTE", "0")
 
 
-def test_settle_waits_for_every_spare_and_drops_a_dead_one(tmp_path: Path) -> None:
+def _state(pid: int) -> str:
+    """The process's state letter in /proc (T: stopped)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return fields[0]
+
+
+def test_a_starting_spare_is_stopped_while_the_judge_times_and_resumed_after(
+    tmp_path: Path,
+) -> None:
     sandboxes = Sandboxes("cpu", tmp_path, [str(tmp_path)])
     try:
-        sandboxes.spares.append(sandboxes._spawn())
-        dead = sandboxes.spares[-1]
-        kill_all([*descendants(dead.pid), dead.pid])  # bwrap, its init and the interpreter
-        dead.process.wait()
-        sandboxes.settle()
-        assert dead not in sandboxes.spares
-        assert sandboxes.spares and all(spare._ready for spare in sandboxes.spares)
-        chosen = sandboxes.for_solution("a solution")  # a settled spare serves at once
-        assert chosen._ready and chosen.key == "a solution"
+        starting = sandboxes.spares[0]
+        assert not starting._ready  # an interpreter importing torch takes longer than this
+        with sandboxes.spares_stopped():
+            with sandboxes.spares_stopped():  # nested: only the outermost resumes
+                pass
+            processes = [starting.pid, *descendants(starting.pid)]  # none starts while stopped
+            assert {_state(pid) for pid in processes} <= {"T", "Z"}  # Z: one that had exited
+        assert "T" not in {_state(pid) for pid in processes if Path(f"/proc/{pid}").exists()}
+        chosen = sandboxes.for_solution("a solution")  # started once resumed
+        assert chosen is starting and chosen._ready and chosen.key == "a solution"
     finally:
         sandboxes.close()
 
 
-def test_settle_leaves_a_spare_that_is_still_starting_after_its_wait(tmp_path: Path) -> None:
+def test_a_dead_spare_is_replaced_when_a_solution_needs_it(tmp_path: Path) -> None:
     sandboxes = Sandboxes("cpu", tmp_path, [str(tmp_path)])
     try:
-        starting = sandboxes.spares[0]
-        sandboxes.settle(wait_s=0.0)  # an interpreter importing torch takes longer than that
-        assert sandboxes.spares == [starting] and not starting._ready
-        sandboxes.settle()
-        assert starting._ready
+        dead = sandboxes.spares[0]
+        kill_all([*descendants(dead.pid), dead.pid])  # bwrap, its init and the interpreter
+        dead.process.wait()
+        with sandboxes.spares_stopped():  # a dead spare stops nothing and raises nothing
+            pass
+        chosen = sandboxes.for_solution("a solution")
+        assert chosen is not dead and chosen._ready
     finally:
         sandboxes.close()

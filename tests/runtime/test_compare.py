@@ -8,7 +8,7 @@ import torch
 
 from kernelarena.data import DType, Tolerance
 from kernelarena.data.definition import DEFAULT_TOLERANCES
-from kernelarena.runtime.compare import absolute_tolerance, compare
+from kernelarena.runtime.compare import absolute_tolerance, all_within, compare
 
 
 def _gemm_outputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -49,3 +49,46 @@ def test_outputs_of_unit_scale_keep_the_plain_atol() -> None:
     with_nan = expected.clone()
     with_nan[0] = float("nan")
     assert float(absolute_tolerance(with_nan, default)) == default.atol
+
+
+def test_the_shortcut_passes_only_what_the_full_comparison_passes() -> None:
+    """``all_within`` (float32, one answer, no statistics) is true only where ``compare`` passes:
+    on random outputs at and around the tolerance's edge, in each dtype it takes, and never for
+    a NaN, an infinity or an element past the tolerance."""
+    generator = torch.Generator().manual_seed(3)
+    for dtype, spec in (
+        (torch.bfloat16, DType.BFLOAT16),
+        (torch.float16, DType.FLOAT16),
+        (torch.float32, DType.FLOAT32),
+    ):
+        tolerance = Tolerance(atol=1e-2, rtol=1e-2)
+        expected = (torch.randn(64, 257, generator=generator) * 3).to(dtype)
+        for scale in (0.0, 0.5, 0.99, 1.0, 1.01, 2.0):  # errors up to scale x the tolerance
+            bound = tolerance.atol + tolerance.rtol * expected.double().abs()
+            signs = torch.randint(0, 2, expected.shape, generator=generator) * 2 - 1
+            actual = (expected.double() + signs * bound * scale).to(dtype)
+            shortcut = all_within(actual, expected, tolerance)
+            assert shortcut is not None
+            if scale <= 0.5:  # well inside, rounding to the dtype included: the usual case
+                assert bool(shortcut), (dtype, scale)
+            if bool(shortcut):
+                assert compare("out", actual, expected, spec, tolerance).ok, (dtype, scale)
+        assert bool(all_within(expected.clone(), expected, tolerance))
+        for poison in (float("nan"), float("inf")):
+            wrong = expected.clone()
+            wrong[3, 5] = poison
+            assert not bool(all_within(wrong, expected, tolerance))
+            assert not bool(all_within(expected, wrong, tolerance))  # infinity in the reference
+        wrong = expected.clone()
+        wrong[0, 0] += 1.0
+        assert not bool(all_within(wrong, expected, tolerance))
+
+
+def test_the_shortcut_declines_what_it_cannot_decide() -> None:
+    tolerance = Tolerance(atol=1e-3, rtol=1e-3)
+    values = torch.randn(4, 8)
+    assert all_within(values.double(), values.double(), tolerance) is None  # float64
+    assert all_within(values, values[:2], tolerance) is None  # shapes differ
+    assert all_within(values, values, Tolerance(atol=0.0, rtol=1e-3)) is None  # atol near zero
+    codes = torch.randint(0, 255, (4, 8), dtype=torch.uint8)  # packed FP4
+    assert all_within(codes, codes, tolerance) is None

@@ -104,6 +104,43 @@ def compare(
     return result
 
 
+# The dtypes ``all_within`` takes, each compared in float32, where its values and their difference
+# are exact or rounded far inside the margin below.
+_FAST_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# ``all_within`` asks this much less than the tolerance allows, so that float32 rounding (2^-24 of a
+# value) can never pass an element that float64 would fail.
+_FAST_MARGIN = 1 - 2**-16
+
+
+def all_within(
+    actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance
+) -> torch.Tensor | None:
+    """A 0-d bool tensor, left on the device (no wait for the GPU), that is true only where
+    ``compare`` would pass ``actual``: every element finite on both sides and within a tolerance a
+    hair tighter than the plain one (no RMS scaling). False says nothing: run ``compare``. None
+    where this shortcut does not apply (other dtypes, shapes or devices, or an ``atol`` so small
+    that float32 would round the bound near zero).
+
+    A pass of checked calls only needs to know that its outputs are right, and the full
+    ``compare`` (float64, NaN and infinity by position, the statistics) cost 7 ms an output at
+    rows=65536 x 4096 on an H100, after every batch of the judge's clocks; this is a few float32
+    passes over the two tensors."""
+    if (
+        actual.dtype not in _FAST_DTYPES
+        or expected.dtype not in _FAST_DTYPES
+        or actual.shape != expected.shape
+        or actual.device != expected.device
+        or actual.numel() == 0
+        or tolerance.atol < 1e-30
+    ):
+        return None
+    a = actual.to(torch.float32)
+    e = expected.to(torch.float32)
+    bound = e.abs().mul_(tolerance.rtol * _FAST_MARGIN).add_(tolerance.atol * _FAST_MARGIN)
+    # NaN on either side fails the comparison; an infinite reference makes the bound infinite.
+    return ((a - e).abs_() <= bound).logical_and_(bound < float("inf")).all()
+
+
 def _first_mismatches(
     result: Comparison, where: torch.Tensor, actual: torch.Tensor, expected: torch.Tensor
 ) -> None:

@@ -17,7 +17,6 @@ PHASES = (
     "sandbox_start",
     "build",
     "checks",
-    "spare_wait",
     "timing",
     "finish",
     "reply",

@@ -94,8 +94,8 @@ def take_job(
     """Remove and return the next job for a free worker whose sandbox serves the solution
     ``own``, among the ``ready`` ones: of ``own``, else of a solution not in ``others`` (those
     the other busy workers are on), else of one of those (the run's last solutions, shared);
-    None when none is ready. A solution new to a worker costs it a sandbox start and, on a GPU,
-    the wait for the spare that replaces it (seconds). In first-come order every worker took a
+    None when none is ready. A solution new to a worker costs it a sandbox start (on a GPU, a
+    spare that replaces it starts, seconds of a core's time). In first-come order every worker took a
     share of every solution's jobs, so each started a sandbox for every solution of the run
     (two workers on a CPU: 6 sandboxes for 3 solutions, where one worker started 3)."""
     mine = unserved = shared = None

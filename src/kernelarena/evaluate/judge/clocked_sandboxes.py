@@ -1,8 +1,8 @@
 """The judge's sandboxes with their share of each job on the job's stage clock (``stage_clock``).
 
 Starting or reusing the sandbox that serves a solution is the ``sandbox_start`` phase (a new
-one, the stage ``sandbox_start/new_sandbox``), what follows until the checks is the ``build``, and waiting for spares before a timing
-(``Sandboxes.settle``) is ``spare_wait``. Each request to a sandbox is a nested stage named
+one, the stage ``sandbox_start/new_sandbox``), and what follows until the checks is the ``build``.
+Each request to a sandbox is a nested stage named
 ``sandbox:<request>`` (``sandbox:eager``, ``sandbox:bind``, ``sandbox:time``): how long the judge
 waited on the sandbox, apart from its own work in the same phase.
 """
@@ -27,10 +27,6 @@ class ClockedSandboxes(Sandboxes):
         JOB_STAGES.switch("build")
         clock_requests(sandbox)
         return sandbox
-
-    def settle(self, wait_s: float = 30.0) -> None:
-        JOB_STAGES.switch("spare_wait")
-        super().settle(wait_s)
 
 
 def clock_requests(sandbox: Sandbox) -> None:

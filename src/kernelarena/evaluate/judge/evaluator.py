@@ -267,12 +267,9 @@ class Evaluator:
                 from kernelarena.evaluate.judge.timing_check import time_and_verify
 
                 self._settle()
-                if self.device.type == "cuda":
-                    self.sandboxes.settle()
+                # A spare still starting is stopped while the judge times, not waited for.
+                with self.sandboxes.spares_stopped():
                     performance, log = time_and_verify(sets, self)
-                else:  # a spare still starting is stopped while the CPU times, not waited for
-                    with self.sandboxes.spares_stopped():
-                        performance, log = time_and_verify(sets, self)
             return Outcome(
                 self._trace(
                     definition, solution, workload, Status.PASSED, log, correctness, performance

@@ -3,9 +3,8 @@
 A judge runs one job at a time on one thread, so one clock per process (``JOB_STAGES``) is enough.
 A job moves through phases in order (``switch``): ``decode`` (the job's models), ``sandbox_start``
 (the sandbox serving its solution, started or reused), ``build``, ``checks`` (the correctness
-trials), ``spare_wait`` (on a GPU, spares still starting before a timing), ``timing`` (the
-sandbox's timed calls, the judge's clocks and the checks after them), ``finish`` (the trace) and
-``reply`` (the result back to the executor). Inside a phase, nested stages (``stage``, ``staged``:
+trials), ``timing`` (the sandbox's timed calls, the judge's clocks and the checks after them),
+``finish`` (the trace) and ``reply`` (the result back to the executor). Inside a phase, nested stages (``stage``, ``staged``:
 a request to the sandbox, the judge's clocks) take their time out of the stage around them, so
 every second of the job is counted once and a job's stages add up to its wall time in the judge.
 A stage is named by its path: ``timing/judge_clocks/sandbox:eager`` is the time the judge's clocks

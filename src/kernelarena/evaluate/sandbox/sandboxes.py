@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -259,48 +258,39 @@ class Sandboxes:
     def fresh(self) -> Sandbox:
         """A started sandbox that serves nothing yet, for a solution or a definition's reference
         (``reference_sandbox``): the oldest spare, or a new one. The caller owns it."""
-        sandbox = self.spares.pop(0) if self.spares else self._spawn()
         try:
-            sandbox.wait_ready(self.startup_timeout_s)
-        except SandboxDied:
-            if sandbox.process.poll() != FORK_FAILED or self.zygote is None:
-                raise
-            # The walls of a fork could not be raised here (a kernel refusing nested namespaces):
-            # nothing of a solution ran, so the sandbox starts again as a program.
-            sandbox.retire()
-            self._drop_zygote(sandbox.log_since(0, 2000))
+            while self.spares:  # a spare that died before it served anything is passed over
+                spare = self.spares.pop(0)
+                try:
+                    spare.wait_ready(self.startup_timeout_s)
+                    return spare
+                except SandboxDied:
+                    spare.retire()
             sandbox = self._spawn()
-            sandbox.wait_ready(self.startup_timeout_s)
+            try:
+                sandbox.wait_ready(self.startup_timeout_s)
+            except SandboxDied:
+                if sandbox.process.poll() != FORK_FAILED or self.zygote is None:
+                    raise
+                # The walls of a fork could not be raised here (a kernel refusing nested
+                # namespaces): nothing of a solution ran, so the sandbox starts again as a program.
+                sandbox.retire()
+                self._drop_zygote(sandbox.log_since(0, 2000))
+                sandbox = self._spawn()
+                sandbox.wait_ready(self.startup_timeout_s)
+            return sandbox
         finally:
             while len(self.spares) < self.spare_count:
                 self.spares.append(self._spawn())
-        return sandbox
-
-    def settle(self, wait_s: float = 30.0) -> None:
-        """Wait until every spare has started (torch imported, its CUDA context made), so that none
-        starts beside a timing: a spare's start takes the host's CPU and the GPU's driver from the
-        calls being timed. On an H100, timed in the seconds after the spare that
-        replaced their sandbox was started, a solution's first workloads had eager clocks of up
-        to 5.8x their host submit time (a CUDA rmsnorm: 45 us a call for 7.8 us of host work and
-        2.9 us of GPU time). At most ``wait_s`` in all, since the wait counts against the job's
-        time limit (a spare takes ~3 s on a GPU machine; a loaded two-core one took 8): a spare
-        still starting then is left to start. A spare that died is dropped (the next one needed
-        starts then)."""
-        deadline = time.monotonic() + wait_s
-        for spare in list(self.spares):
-            if not spare.started(max(0.0, deadline - time.monotonic())):
-                continue
-            try:
-                spare.wait_ready(self.startup_timeout_s)
-            except SandboxDied:
-                spare.retire()
-                self.spares.remove(spare)
 
     @contextlib.contextmanager
     def spares_stopped(self) -> Iterator[None]:
         """The spare sandboxes (and whatever they started) stopped while the judge times: a spare
-        still importing torch takes a core from the calls being timed. Nests: the outermost
-        resumes them."""
+        still starting takes the host's CPU and the GPU's driver from the calls being timed (on an
+        H100, eager clocks of up to 5.8x a call's host submit time: a CUDA rmsnorm read 45 us a
+        call for 7.8 us of host work and 2.9 us of GPU time). Stopped, not waited for: a spare
+        starts in the time between timings, and a GPU sandbox takes seconds to start. Nests: the
+        outermost resumes them."""
         self._stopped += 1
         stopped = list(self.spares) if self._stopped == 1 else []
         for spare in stopped:
