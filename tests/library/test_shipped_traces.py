@@ -36,6 +36,26 @@ AWAITING_REMEASURE = (
         for definition in ("attention_prefill", "attention_prefill_varlen")
         for suffix in ("fp16", "bf16")
     }
+    | {
+        f"linear_{activation}_{suffix}_triton"
+        for activation in ("gelu", "gelu_tanh", "silu", "relu", "none")
+        for suffix in ("fp16", "bf16")
+    }
+    | {
+        f"attention_{kind}_{suffix}_{language}"
+        for kind, language in (
+            ("prefill", "flashinfer"),
+            ("prefill", "sdpa_efficient"),
+            ("prefill", "cuda"),
+            ("decode", "flashinfer"),
+            ("decode", "triton"),
+        )
+        for suffix in ("fp16", "bf16")
+    }
+    | {
+        f"nvfp4_gemv_{variant}"
+        for variant in ("cuda", "cuda_permuted", "cute", "triton", "triton_permuted")
+    }
 )
 
 
