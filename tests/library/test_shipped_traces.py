@@ -41,6 +41,7 @@ AWAITING_REMEASURE = (
         for activation in ("gelu", "gelu_tanh", "silu", "relu", "none")
         for suffix in ("fp16", "bf16")
     }
+    | {f"gated_mlp_{suffix}_triton" for suffix in ("fp16", "bf16")}
     | {
         f"attention_{kind}_{suffix}_{language}"
         for kind, language in (

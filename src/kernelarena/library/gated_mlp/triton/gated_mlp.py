@@ -33,28 +33,15 @@ _MINUS_LOG2E = tl.constexpr(-1.4426950408889634)
 
 @triton.jit(do_not_specialize=["M", "N", "K"])
 def _gated_mlp_kernel(
-    x_src,  # TensorDescriptor [M, K] if LOAD_TMA else pointer
-    gate_src,  # TensorDescriptor [N, K] if LOAD_TMA else pointer
-    up_src,  # TensorDescriptor [N, K] if LOAD_TMA else pointer
-    out_dst,  # TensorDescriptor [M, N] (half-width blocks if EPILOGUE_SUBTILE) if STORE_TMA else pointer
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_gn,
-    stride_un,
-    stride_om,
-    LOAD_TMA: tl.constexpr,
-    STORE_TMA: tl.constexpr,
-    EPILOGUE_SUBTILE: tl.constexpr,
+    # TensorDescriptors if LOAD_TMA (x [M, K], gate and up [N, K]) else pointers; out [M, N]
+    # (half-width blocks if EPILOGUE_SUBTILE) a TensorDescriptor if STORE_TMA else a pointer
+    x_src, gate_src, up_src, out_dst,
+    M, N, K, stride_xm, stride_gn, stride_un, stride_om,
+    LOAD_TMA: tl.constexpr, STORE_TMA: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
     INTERPRETER_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr,
-    OUT_DTYPE: tl.constexpr,
-):
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, OUT_DTYPE: tl.constexpr,
+):  # fmt: skip
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)

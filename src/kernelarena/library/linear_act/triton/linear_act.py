@@ -73,27 +73,16 @@ def _epilogue(
 
 @triton.jit(do_not_specialize=["M", "N", "K"])
 def _linear_act_kernel(
-    x_src,  # TensorDescriptor [M, K] if LOAD_TMA else pointer
-    w_src,  # TensorDescriptor [N, K] if LOAD_TMA else pointer
-    out_dst,  # TensorDescriptor [M, N] (half-width blocks if EPILOGUE_SUBTILE) if STORE_TMA else pointer
-    bias_ptr,
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_wn,
-    stride_om,
+    # TensorDescriptors if LOAD_TMA (x [M, K], w [N, K]) else pointers; out [M, N] (half-width
+    # blocks if EPILOGUE_SUBTILE) a TensorDescriptor if STORE_TMA else a pointer
+    x_src, w_src, out_dst, bias_ptr,
+    M, N, K, stride_xm, stride_wn, stride_om,
     ACTIVATION: tl.constexpr,
-    LOAD_TMA: tl.constexpr,
-    STORE_TMA: tl.constexpr,
-    EPILOGUE_SUBTILE: tl.constexpr,
+    LOAD_TMA: tl.constexpr, STORE_TMA: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
     INTERPRETER_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr,
-):
+):  # fmt: skip
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
