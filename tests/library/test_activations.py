@@ -27,6 +27,7 @@ import triton
 
 from kernelarena.compile import DependencyMissing, Runnable
 from kernelarena.testing import assert_close, build, library_definition, reference
+from tests.library.tuning_stand_ins import stand_in_tuning
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 HAS_CUDA = torch.cuda.is_available()
@@ -254,9 +255,7 @@ def test_cpu_triton_tuning_plumbing(op: str, monkeypatch: pytest.MonkeyPatch) ->
         timed.append(1)
         return [1.0 / len(timed)] * len(quantiles)
 
-    stand_ins = {"_tunes": lambda x: True, "_TUNERS": {}, "TUNE_MIN_ELEMENTS": 0}
-    for key, value in {**stand_ins, "_bench_cold": bench, "_bench_warm": bench}.items():
-        monkeypatch.setitem(module, key, value)
+    stand_in_tuning(monkeypatch, module, bench)
     candidates = tuning_configs(name, "cpu", 64, 256)
     check(name, "triton", args, expected)
     assert len(timed) == len(candidates) > 1
@@ -287,16 +286,14 @@ def test_cpu_triton_tuning_picks_are_kept_on_disk_per_tuner(
 
     monkeypatch.setattr(triton, "autotune", spy)
     module = runnable(f"{op}_fp32", "triton", "cpu").fn.__globals__
-    stand_ins = {"_tunes": lambda x: True, "_TUNERS": {}, "TUNE_MIN_ELEMENTS": 0}
-    for key, value in {**stand_ins, "_bench_cold": bench, "_bench_warm": bench}.items():
-        monkeypatch.setitem(module, key, value)
+    tuners = stand_in_tuning(monkeypatch, module, bench)
     for rows in (64, 100):
         name, args, expected = make_case(OPS[op], "fp32", rows, 256, "cpu")
         check(name, "triton", args, expected)
     assert len(made) == 2 and all(m["cache_results"] and "tune_tag" in m["key"] for m in made)
-    tuners = list(module["_TUNERS"].values())
-    assert [str(c) for c in tuners[0].configs] == [str(c) for c in tuners[1].configs]
-    (first,), (second,) = (list(t.cache) for t in tuners)
+    autotuners = list(tuners.made.values())
+    assert [str(c) for c in autotuners[0].configs] == [str(c) for c in autotuners[1].configs]
+    (first,), (second,) = (list(t.cache) for t in autotuners)
     assert first[0] == second[0] and first != second
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -42,6 +43,7 @@ from kernelarena.evaluate.compare import compare, inputs_unchanged
 from kernelarena.evaluate.inputs import allocate_outputs, generate_inputs, load_reference, seed_for
 from kernelarena.library import load_library
 from kernelarena.testing import build, library_definition
+from tests.library.solution_files import write_solution_package
 
 OPERATORS = ("attention_prefill", "attention_prefill_varlen", "attention_decode")
 DTYPES = ("fp16", "bf16")
@@ -364,9 +366,9 @@ def test_decode_odd_lengths_many_splits(device: torch.device) -> None:
 
 # The sm_90 code the GPU will run, compiled here (Triton's bundled ptxas needs no GPU): a change
 # that breaks the Hopper build fails on CPU, and the instructions that carry the speed are there.
-SM90_KERNELS = [  # (solution file, kernel, tile dtype, constexprs, options, PTX instructions)
+SM90_KERNELS = [  # (solution, kernel, tile dtype, constexprs, options, PTX instructions)
     (
-        "attention_prefill/triton/attention_prefill.py",
+        "attention_prefill_bf16_triton",
         "_prefill_kernel",
         "bf16",
         dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, USE_TMA=True),
@@ -374,7 +376,7 @@ SM90_KERNELS = [  # (solution file, kernel, tile dtype, constexprs, options, PTX
         ("wgmma.mma_async", "cp.async.bulk.tensor"),
     ),
     (
-        "attention_prefill_varlen/triton/attention_prefill_varlen.py",
+        "attention_prefill_varlen_fp16_triton",
         "_varlen_kernel",
         "fp16",
         dict(HEAD_DIM=64, BLOCK_M=128, BLOCK_N=128, BATCH_PAD=16, CAUSAL=True, USE_TMA=True),
@@ -382,7 +384,7 @@ SM90_KERNELS = [  # (solution file, kernel, tile dtype, constexprs, options, PTX
         ("wgmma.mma_async", "cp.async.bulk.tensor"),
     ),
     (
-        "attention_decode/triton/attention_decode.py",
+        "attention_decode_bf16_triton",
         "_decode_split_kernel",
         "bf16",
         dict(
@@ -403,7 +405,7 @@ SM90_KERNELS = [  # (solution file, kernel, tile dtype, constexprs, options, PTX
 
 
 _COMPILE_SM90 = """
-import importlib.util, inspect, json, sys
+import importlib, inspect, json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -411,10 +413,9 @@ from triton.compiler import ASTSource
 missing = {}
 FLOAT32 = ("lse_ptr", "part_o_ptr", "part_lse_ptr")
 INT32 = ("cu_q_ptr", "cu_k_ptr", "seq_lens_ptr", "counter_ptr")
-for path, name, dtype, constexprs, options, expected in json.loads(sys.argv[1]):
-    spec = importlib.util.spec_from_file_location("sm90_" + name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+sys.path.insert(0, sys.argv[2])
+for module_name, name, dtype, constexprs, options, expected in json.loads(sys.argv[1]):
+    module = importlib.import_module(module_name)
     kernel = getattr(module, name)
     params = list(inspect.signature(kernel.fn).parameters)
     constexprs["DOT_F32"] = False
@@ -436,22 +437,18 @@ print(json.dumps(missing))
 
 
 @pytest.mark.slow
-def test_triton_compiles_for_sm90(device: torch.device) -> None:
+def test_triton_compiles_for_sm90(device: torch.device, tmp_path: Path) -> None:
     """In a fresh process (the interpreter, which this one runs, cannot also compile)."""
     if device.type == "cuda":
         pytest.skip("on a GPU the tests above compile and run these kernels")
     import json
     import os
     import subprocess
-    from pathlib import Path
 
-    import kernelarena.library
-
-    folder = Path(kernelarena.library.__file__).parent
-    cases = [[str(folder / path), *rest] for path, *rest in SM90_KERNELS]
+    cases = [[write_solution_package(name, tmp_path), *rest] for name, *rest in SM90_KERNELS]
     environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SM90, json.dumps(cases)],
+        [sys.executable, "-c", _COMPILE_SM90, json.dumps(cases), str(tmp_path)],
         capture_output=True,
         text=True,
         env=environment,

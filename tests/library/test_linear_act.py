@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import zlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +37,7 @@ from kernelarena.evaluate.compare import compare, inputs_unchanged
 from kernelarena.evaluate.inputs import load_reference, random_tensor
 from kernelarena.library.linear_act import ACTIVATIONS, CUBLASLT_ACTIVATIONS
 from kernelarena.testing import build, library_definition, library_solution
+from tests.library.solution_files import write_solution_package
 
 # Saturated inputs make exp2 overflow to inf, the limit the kernels rely on (x / (1 + inf) = -0);
 # numpy, computing for the interpreter, warns about it.
@@ -219,17 +221,13 @@ def test_cuda_solution_compiles() -> None:
 
 
 HOPPER_COMPILE = r"""
-import importlib.util, json, sys
+import importlib, json, sys
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
-def load(path):
-    name = "solution_" + str(len(sys.modules))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, sys.argv[3])
+load = importlib.import_module
 
 def compile_for_sm90(kernel, config, tensors, scalars, constexprs):
     bm, bn, bk = config.block_m, config.block_n, config.block_k
@@ -263,7 +261,7 @@ print(json.dumps(shared))
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="on a GPU the gpu tests compile and run the kernels")
-def test_triton_compiles_for_hopper() -> None:
+def test_triton_compiles_for_hopper(tmp_path: Path) -> None:
     """The interpreter never compiles: build the Hopper path (TMA loads and stores, the largest
     config, the erf GELU whose epilogue needs the most registers) for sm_90 ahead of time, and check
     it fits the 227 KB of shared memory a block may have on H100/H200."""
@@ -271,14 +269,14 @@ def test_triton_compiles_for_hopper() -> None:
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
-    library = Path(__file__).parents[2] / "src" / "kernelarena" / "library"
+    # The solutions as the library writes them: the entry files import library/_shared/ helpers
+    # relatively, so each is imported as a member of its own package.
+    linear = write_solution_package("linear_gelu_bf16_triton", tmp_path)
+    gated = write_solution_package("gated_mlp_bf16_triton", tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run(
-        [sys.executable, "-c", HOPPER_COMPILE,
-         str(library / "linear_act" / "triton" / "linear_act.py"),
-         str(library / "gated_mlp" / "triton" / "gated_mlp.py")],
+        [sys.executable, "-c", HOPPER_COMPILE, linear, gated, str(tmp_path)],
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

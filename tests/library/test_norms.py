@@ -30,6 +30,7 @@ from kernelarena.library.fused_add_rmsnorm import OPERATOR_INPLACE as FUSED_INPL
 from kernelarena.library.layernorm import OPERATOR as LAYERNORM
 from kernelarena.library.rmsnorm import OPERATOR as RMSNORM
 from kernelarena.testing import assert_close
+from tests.library.tuning_stand_ins import stand_in_tuning
 
 SPECS = {spec.name: spec for spec in (RMSNORM, FUSED, FUSED_INPLACE, LAYERNORM)}
 OPS = tuple(SPECS)
@@ -254,10 +255,7 @@ def test_triton_tuning_plumbing(
         timed.append(1)
         return [1.0 / len(timed)] * len(quantiles)
 
-    stand_ins = {"_tunes": lambda x: True, "_multiprocessors": lambda index: 1, "_TUNERS": {}}
-    stand_ins |= {"_bench_cold": bench, "_bench_warm": bench, "TUNE_MIN_ELEMENTS": 0}
-    for name, value in stand_ins.items():
-        monkeypatch.setitem(module, name, value)
+    stand_in_tuning(monkeypatch, module, bench)
     case = Case(7, 1000)
     candidates = module["tuning_configs"](case.rows, case.hidden, 1)
     check(op, "fp32", "triton", device, case)
@@ -292,16 +290,13 @@ def test_triton_tuning_picks_are_kept_on_disk_per_tuner(
         return [1.0] * len(quantiles)
 
     monkeypatch.setattr(triton, "autotune", spy)
-    stand_ins = {"_tunes": lambda x: True, "_multiprocessors": lambda index: 1, "_TUNERS": {}}
-    stand_ins |= {"_bench_cold": bench, "_bench_warm": bench, "TUNE_MIN_ELEMENTS": 0}
-    for name, value in stand_ins.items():
-        monkeypatch.setitem(module, name, value)
+    tuners = stand_in_tuning(monkeypatch, module, bench)
     for rows in (7, 13):
         check(op, "fp32", "triton", device, Case(rows, 1000))
     assert len(made) == 2 and all(m["cache_results"] and "tune_tag" in m["key"] for m in made)
-    tuners = list(module["_TUNERS"].values())
-    assert [str(c) for c in tuners[0].configs] == [str(c) for c in tuners[1].configs]
-    (first,), (second,) = (list(t.cache) for t in tuners)
+    autotuners = list(tuners.made.values())
+    assert [str(c) for c in autotuners[0].configs] == [str(c) for c in autotuners[1].configs]
+    (first,), (second,) = (list(t.cache) for t in autotuners)
     assert first[0] == second[0] == 1000 and first != second
 
 

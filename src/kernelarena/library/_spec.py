@@ -5,10 +5,19 @@ need shaping, ``make_inputs``), the solutions in ``triton/``, ``cuda/`` and ``to
 ``OPERATOR`` spec. A spec is expanded into FlashInfer-Trace objects: one Definition per variant
 (usually per dtype), one Solution per (variant, solution), one Workload per (variant, workload).
 Nothing here imports torch, so listing the library stays fast.
+
+Kernel helpers several operators use live once, in ``library/_shared/``. A solution names the ones
+it uses (``SolutionSpec.shared``) and each is embedded among its sources as ``_shared/<file>``, next
+to the entry file, so the Solution stays self-contained: kernelarena and FlashInfer-Bench both write
+the sources into one folder, put that folder on the include path of a CUDA build and import a
+Python entry as a member of a package made of it. So ``#include "_shared/rows.cuh"`` (from a shared
+header too) and ``from ._shared import tuning`` (``from . import tuning`` inside ``_shared``)
+resolve the same way in both, and in an exported dataset.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +39,16 @@ from kernelarena.data import (
 )
 
 _UUID_NAMESPACE = uuid.UUID("6f1d2b1e-4c55-4a8e-9a59-0d6c1b0e7a11")
+SHARED_FOLDER = Path(__file__).parent / "_shared"
+SHARED_PREFIX = "_shared/"
+# What names a shared file in a source: a CUDA include of "_shared/<file>", or a Python import of
+# ._shared.<module> / from ._shared import <modules> (from an entry), from .<module> / from .
+# import <modules> (from a shared module).
+_SHARED_INCLUDE = re.compile(r'^\s*#\s*include\s+"_shared/([^"]+)"', re.MULTILINE)
+_SHARED_IMPORT = re.compile(
+    r"^[ \t]*from[ \t]+\.(\w+)?(?:\.(\w+))?[ \t]+import[ \t]+(?:\(([^)]*)\)|([\w \t,]+))",
+    re.MULTILINE,
+)
 
 
 def var(description: str | None = None) -> AxisVar:
@@ -76,7 +95,9 @@ class Variant:
 
 @dataclass(frozen=True)
 class SolutionSpec:
-    """Sources are files of the operator folder; they are stored relative to the entry file's folder."""
+    """Sources are files of the operator folder, stored relative to the entry file's folder, and
+    the files of library/_shared/ named in ``shared`` (``"tuning.py"``, ``"rows.cuh"``), stored as
+    ``_shared/<file>``."""
 
     name: str
     language: str
@@ -88,6 +109,82 @@ class SolutionSpec:
     dependencies: tuple[str, ...] = ()
     variants: tuple[str, ...] | None = None
     author: str = "kernelarena"
+    shared: tuple[str, ...] = ()
+
+
+def triton_and_cuda(
+    name: str,
+    symbol: str,
+    *,
+    triton_shared: tuple[str, ...],
+    cuda_shared: tuple[str, ...],
+    triton_description: str,
+    cuda_description: str,
+) -> tuple[SolutionSpec, SolutionSpec]:
+    """An operator's own pair of kernels: ``triton/<name>.py`` (on CUDA, and on CPU through the
+    interpreter) and ``cuda/<name>.cu`` (sm_90a), entry ``symbol`` in each."""
+    return (
+        SolutionSpec(
+            "triton",
+            "triton",
+            f"triton/{name}.py::{symbol}",
+            shared=triton_shared,
+            targets=("cuda", "cpu"),
+            description=triton_description,
+        ),
+        SolutionSpec(
+            "cuda",
+            "cuda",
+            f"cuda/{name}.cu::{symbol}",
+            shared=cuda_shared,
+            targets=("sm_90a",),
+            description=cuda_description,
+        ),
+    )
+
+
+def shared_references(path: str, content: str) -> set[str]:
+    """The files of library/_shared/ a source names (see _SHARED_INCLUDE and _SHARED_IMPORT)."""
+    named = set(_SHARED_INCLUDE.findall(content))
+    if path.endswith(".py"):
+        in_shared = path.startswith(SHARED_PREFIX)
+        for match in _SHARED_IMPORT.finditer(content):
+            package, module, *names = match.groups()
+            if in_shared and package is None:  # from . import a, b
+                modules = _imported_names(names[0] or names[1])
+            elif in_shared:  # from .a import x
+                modules = [package]
+            elif package == "_shared":  # from ._shared.a import x; from ._shared import a, b
+                modules = [module] if module else _imported_names(names[0] or names[1])
+            else:  # an import among the operator's own files
+                continue
+            named |= {f"{m}.py" for m in modules}
+    return named
+
+
+def _imported_names(names: str) -> list[str]:
+    return [n.split()[0] for n in names.split(",") if n.strip()]
+
+
+def _embedded(folder: Path, spec: SolutionSpec, sources: list[SourceFile]) -> list[SourceFile]:
+    """``sources`` with the shared files ``spec`` declares; every shared file a source names must
+    be declared (so an exported solution never misses one)."""
+    shared = [
+        SourceFile(
+            path=SHARED_PREFIX + name,
+            content=(SHARED_FOLDER / name).read_text(encoding="utf-8"),
+        )
+        for name in spec.shared
+    ]
+    embedded = [*sources, *shared]
+    named = set().union(*(shared_references(s.path, s.content) for s in embedded))
+    missing = sorted(named - set(spec.shared))
+    if missing:
+        raise ValueError(
+            f"library/{folder.name}: solution '{spec.name}' uses {missing} from library/_shared/; "
+            "name them in its SolutionSpec(shared=...)"
+        )
+    return embedded
 
 
 @dataclass(frozen=True)
@@ -169,6 +266,7 @@ class OperatorSpec:
                 )
                 for f in files
             ]
+            sources = _embedded(self.folder, spec, sources)
             made.append(
                 Solution(
                     name=f"{definition}_{spec.name}",

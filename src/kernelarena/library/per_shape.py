@@ -6,9 +6,9 @@ Dynamo keeps a function's compiled graphs on its code object and compiles at mos
 function eagerly for good, with one warning in the log. A peer compiled with ``dynamic=False``
 needs a graph per shape, dtype and stride, and one more per grad mode (the evaluator checks a
 solution with grad enabled and times it under ``no_grad``). The three dtypes of a definition share
-one module (same sources, one build), so in the H200 run of 2026-11-22 rmsnorm's peer had its
-graphs for fp32 and the smallest fp16 shape, and ran every other shape eagerly: the fp16 and bf16
-figures equal the float32 reference's, 255.6 us at 4096x4096 where the compiled graph takes 21 us.
+one module (same sources, one build), so a benchmark of all three reaches the limit: the shapes
+past it run eagerly and their figures are eager ones, not the compiled graph's (rmsnorm's peer:
+docs/kernels/rmsnorm.md).
 
 Here each signature gets its own copy of the function's code object, and with it its own graph
 cache, which holds one graph per grad mode: the limit is never reached, and after the first call

@@ -12,31 +12,16 @@ Conventions, shared by the reference and every solution:
 the ``causal`` scalar is set, the convention FlashAttention's and the benchmark's figures use.
 """
 
-import math
 from pathlib import Path
 
-from kernelarena.data import Tolerance
+from kernelarena.library import _attention_prefill_family as prefill
 from kernelarena.library._spec import (
     OperatorSpec,
     SolutionSpec,
-    Variant,
     WorkloadSpec,
     scalar,
     tensor,
     var,
-)
-
-# Tolerances. Solutions accumulate scores and the output in float32 but round the softmax weights
-# P to the input dtype before P @ V (as every FlashAttention does, to use 16-bit tensor cores),
-# and round o once. The error per element is about u * (|o| + sum_j p_j |v_j|) with the unit
-# roundoff u (fp16 2^-11, bf16 2^-8). An emulation of that rounding at seq 2048 with standard
-# normal inputs, and with q scaled by 8 (sharp softmax, |o| up to 4.7), stays within
-# atol = rtol = 1e-3 (fp16) and 4e-3 (bf16); the bounds below leave a factor 2 to 2.5 for the
-# order of accumulation. lse is float32 throughout: |score| <= ~40 with 1e-6 relative error.
-_LSE = Tolerance(atol=5e-4, rtol=5e-5)
-_VARIANTS = (
-    Variant("fp16", {"dtype": "float16"}, {"o": Tolerance(atol=2e-3, rtol=2e-3), "lse": _LSE}),
-    Variant("bf16", {"dtype": "bfloat16"}, {"o": Tolerance(atol=1e-2, rtol=1e-2), "lse": _LSE}),
 )
 
 
@@ -49,10 +34,6 @@ def _shape(batch, q_heads, kv_heads, seq_q, seq_kv, head_dim):
         "seq_kv": seq_kv,
         "head_dim": head_dim,
     }
-
-
-def _scalars(head_dim, causal):
-    return {"sm_scale": 1.0 / math.sqrt(head_dim), "causal": causal}
 
 
 # (shape, causal, tags, params): smoke ones run on CPU in about a second each under the interpreter.
@@ -112,9 +93,9 @@ OPERATOR = OperatorSpec(
         ),
     },
     flops="4 * batch * q_heads * seq_q * seq_kv * head_dim / (2 if causal else 1)",
-    variants=_VARIANTS,
+    variants=prefill.VARIANTS,
     workloads=tuple(
-        WorkloadSpec(shape, _scalars(shape["head_dim"], causal), tags, params)
+        WorkloadSpec(shape, prefill.scalars(shape["head_dim"], causal), tags, params)
         for shape, causal, tags, params in _WORKLOADS
     ),
     solutions=(
@@ -122,6 +103,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/attention_prefill.py::run",
+            shared=("attention_tile.py",),
             targets=("cuda", "cpu"),
             description="FlashAttention-2 loop; TMA descriptors and pipelined loads on sm_90.",
         ),
@@ -134,6 +116,7 @@ OPERATOR = OperatorSpec(
                 "cuda/attention_prefill_sm90.cuh",
                 "cuda/attention_prefill_simple.cuh",
             ),
+            shared=("mbarrier.cuh",),
             targets=("sm_90a",),
             description="FlashAttention-3 structure in PTX: TMA, mbarriers, wgmma, a producer "
             "and two ping-ponged consumer warpgroups; a portable path for strides TMA cannot take.",

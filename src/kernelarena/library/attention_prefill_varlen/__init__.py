@@ -9,14 +9,12 @@ points of total_q and total_kv) and builds consistent offsets. No flops or bytes
 both depend on the lengths, which are data.
 """
 
-import math
 from pathlib import Path
 
-from kernelarena.data import Tolerance
+from kernelarena.library import _attention_prefill_family as prefill
 from kernelarena.library._spec import (
     OperatorSpec,
     SolutionSpec,
-    Variant,
     WorkloadSpec,
     derived,
     scalar,
@@ -24,14 +22,7 @@ from kernelarena.library._spec import (
     var,
 )
 
-# As attention_prefill (same arithmetic per sequence): P rounded to the input dtype before P @ V
-# and o rounded once; emulated errors stay within 1e-3 (fp16) and 4e-3 (bf16), bounds leave a
-# factor 2 to 2.5; lse is float32 throughout.
-_LSE = Tolerance(atol=5e-4, rtol=5e-5)
-_VARIANTS = (
-    Variant("fp16", {"dtype": "float16"}, {"o": Tolerance(atol=2e-3, rtol=2e-3), "lse": _LSE}),
-    Variant("bf16", {"dtype": "bfloat16"}, {"o": Tolerance(atol=1e-2, rtol=1e-2), "lse": _LSE}),
-)
+# Tolerances and scalars: attention_prefill's (library/_attention_prefill_family.py).
 
 
 def _shape(sequences, total_q, total_kv, q_heads, kv_heads, head_dim):
@@ -110,11 +101,9 @@ OPERATOR = OperatorSpec(
             ["total_q", "q_heads"], "float32", "natural-log log-sum-exp of the scaled scores"
         ),
     },
-    variants=_VARIANTS,
+    variants=prefill.VARIANTS,
     workloads=tuple(
-        WorkloadSpec(
-            shape, {"sm_scale": 1.0 / math.sqrt(shape["head_dim"]), "causal": causal}, tags, params
-        )
+        WorkloadSpec(shape, prefill.scalars(shape["head_dim"], causal), tags, params)
         for shape, causal, tags, params in _WORKLOADS
     ),
     solutions=(
@@ -122,6 +111,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/attention_prefill_varlen.py::run",
+            shared=("attention_tile.py",),
             targets=("cuda", "cpu"),
             description="FlashAttention-2 loop per sequence; TMA bounded per sequence on sm_90.",
         ),

@@ -12,61 +12,29 @@ the storage dtype; that rounded sum, as stored, is normalized in float32, weight
 from pathlib import Path
 
 from kernelarena.data import Tolerance
-from kernelarena.library._spec import (
-    OperatorSpec,
-    SolutionSpec,
-    Variant,
-    WorkloadSpec,
-    scalar,
-    tensor,
-    var,
-)
+from kernelarena.library import _norm_family as norm
+from kernelarena.library._spec import OperatorSpec, SolutionSpec, scalar, tensor
 
-# out: as rmsnorm (the same float32 value up to summation order and rsqrtf; the rounded output is
-# the reference's or one rounding step away: 2^-7 relative in bfloat16, 2^-10 in float16).
+# out: as rmsnorm (the reference's float32 value up to summation order and rsqrtf).
 # residual_out: exact. It is one float32 addition of two values of the storage dtype, rounded once,
 # the same operation in every solution and the reference.
-_EXACT = Tolerance(atol=0.0, rtol=0.0)
-_TOLERANCES = {
-    "fp32": {"out": Tolerance(atol=1e-5, rtol=1e-5), "residual_out": _EXACT},
-    "fp16": {"out": Tolerance(atol=1e-3, rtol=1e-3), "residual_out": _EXACT},
-    "bf16": {"out": Tolerance(atol=1e-2, rtol=1e-2), "residual_out": _EXACT},
-}
+_VARIANTS = norm.variants(
+    Tolerance(atol=1e-5, rtol=1e-5), {"residual_out": Tolerance(atol=0.0, rtol=0.0)}
+)
 _EPS = 1e-6
-_SMOKE = [(1, 128), (7, 1000)]
-_CORRECTNESS = [(0, 4096), (1, 1), (3, 5120), (33, 8192), (5, 16384), (4, 4097), (6, 1001)]
-_PERFORMANCE = [(128, 4096), (4096, 4096), (32768, 8192)]
-_VARIANTS = tuple(
-    Variant(suffix, {"dtype": dtype}, _TOLERANCES[suffix])
-    for suffix, dtype in (("fp32", "float32"), ("fp16", "float16"), ("bf16", "bfloat16"))
+_WORKLOADS = norm.workloads(
+    _EPS,
+    (
+        # float16 squares overflow past 256; the sum must be taken in float32.
+        norm.edge_case(_EPS, {"x_scale": 5e3}, ("fp16",)),
+        norm.edge_case(_EPS, {"x_scale": 1e-4}),
+    ),
 )
 
-
-def _workloads() -> tuple[WorkloadSpec, ...]:
-    eps = {"eps": _EPS}
-    return (
-        *(WorkloadSpec({"rows": r, "hidden": h}, eps, ("smoke", "correctness")) for r, h in _SMOKE),
-        *(WorkloadSpec({"rows": r, "hidden": h}, eps, ("correctness",)) for r, h in _CORRECTNESS),
-        WorkloadSpec({"rows": 2, "hidden": 40000}, eps, ("correctness",)),
-        WorkloadSpec({"rows": 9, "hidden": 1000}, eps, ("correctness",), {"row_stride": 1536}),
-        WorkloadSpec({"rows": 5, "hidden": 4096}, eps, ("correctness",), {"row_stride": 4100}),
-        # float16 squares overflow past 256; the sum must be taken in float32.
-        WorkloadSpec(
-            {"rows": 6, "hidden": 2048}, eps, ("correctness",), {"x_scale": 5e3}, ("fp16",)
-        ),
-        WorkloadSpec({"rows": 6, "hidden": 2048}, eps, ("correctness",), {"x_scale": 1e-4}),
-        WorkloadSpec(
-            {"rows": 1_000_000, "hidden": 1000}, eps, ("correctness", "large"), {}, ("bf16",)
-        ),
-        *(WorkloadSpec({"rows": r, "hidden": h}, eps, ("performance",)) for r, h in _PERFORMANCE),
-    )
-
-
-_AXES = {"rows": var("rows of x (any count, 0 included)"), "hidden": var("elements per row")}
 _INPUTS = {
-    "x": tensor(["rows", "hidden"], "{dtype}", "input; rows may be strided"),
+    "x": norm.X,
     "residual": tensor(["rows", "hidden"], "{dtype}", "residual stream; rows may be strided"),
-    "weight": tensor(["hidden"], "{dtype}", "per-column scale, contiguous"),
+    "weight": norm.WEIGHT,
     "eps": scalar("float32", "added to the mean square before the square root"),
 }
 _BYTES = (
@@ -87,31 +55,18 @@ OPERATOR = OperatorSpec(
     op_type="norm",
     description="residual_out = x + residual (rounded once); out = rmsnorm(residual_out). Out of place.",
     folder=Path(__file__).parent,
-    axes=_AXES,
+    axes=norm.AXES,
     inputs=_INPUTS,
     outputs={
-        "out": tensor(["rows", "hidden"], "{dtype}"),
+        "out": norm.OUT,
         "residual_out": tensor(["rows", "hidden"], "{dtype}", "x + residual, rounded once"),
     },
     bytes_moved=_BYTES,
     flops="5 * rows * hidden",
     variants=_VARIANTS,
-    workloads=_workloads(),
+    workloads=_WORKLOADS,
     solutions=(
-        SolutionSpec(
-            "triton",
-            "triton",
-            "triton/fused_add_rmsnorm.py::run",
-            targets=("cuda", "cpu"),
-            description=_TRITON_NOTE,
-        ),
-        SolutionSpec(
-            "cuda",
-            "cuda",
-            "cuda/fused_add_rmsnorm.cu::run",
-            targets=("sm_90a",),
-            description=_CUDA_NOTE,
-        ),
+        *norm.kernels("fused_add_rmsnorm", "run", _TRITON_NOTE, _CUDA_NOTE),
         SolutionSpec(
             "tilelang",
             "tilelang",
@@ -119,31 +74,10 @@ OPERATOR = OperatorSpec(
             targets=("cuda",),
             description=_TILELANG_NOTE,
         ),
-        SolutionSpec(
-            "torch_eager",
-            "python",
-            "torch/eager.py::run",
-            targets=("cuda", "cpu"),
-            description="torch eager: add, then torch.nn.functional.rms_norm.",
-            destination_passing_style=False,
-        ),
-        SolutionSpec(
-            "torch_compile",
-            "python",
-            "torch/compiled.py::run",
-            targets=("cuda",),
-            description="torch.compile (static shapes) of the float32 formula.",
-            destination_passing_style=False,
-        ),
-        SolutionSpec(
-            "liger",
-            "python",
-            "torch/liger.py::run",
-            targets=("cuda",),
-            description="Liger-Kernel LigerFusedAddRMSNormFunction, 'gemma' casting mode "
+        *norm.peers(
+            eager_description="torch eager: add, then torch.nn.functional.rms_norm.",
+            liger_description="Liger-Kernel LigerFusedAddRMSNormFunction, 'gemma' casting mode "
             "(float32 math, one rounding: this definition).",
-            dependencies=("liger-kernel",),
-            destination_passing_style=False,
         ),
     ),
 )
@@ -154,7 +88,7 @@ OPERATOR_INPLACE = OperatorSpec(
     description="In place as FlashInfer does: x becomes rmsnorm(x + residual), residual becomes "
     "x + residual (rounded once).",
     folder=Path(__file__).parent,
-    axes=_AXES,
+    axes=norm.AXES,
     inputs=_INPUTS,
     outputs={
         "out": tensor(["rows", "hidden"], "{dtype}", "written into x", aliases="x"),
@@ -165,22 +99,9 @@ OPERATOR_INPLACE = OperatorSpec(
     bytes_moved=_BYTES,
     flops="5 * rows * hidden",
     variants=_VARIANTS,
-    workloads=_workloads(),
+    workloads=_WORKLOADS,
     solutions=(
-        SolutionSpec(
-            "triton",
-            "triton",
-            "triton/fused_add_rmsnorm.py::run_inplace",
-            targets=("cuda", "cpu"),
-            description=_TRITON_NOTE,
-        ),
-        SolutionSpec(
-            "cuda",
-            "cuda",
-            "cuda/fused_add_rmsnorm.cu::run_inplace",
-            targets=("sm_90a",),
-            description=_CUDA_NOTE,
-        ),
+        *norm.kernels("fused_add_rmsnorm", "run_inplace", _TRITON_NOTE, _CUDA_NOTE),
         SolutionSpec(
             "torch_eager",
             "python",

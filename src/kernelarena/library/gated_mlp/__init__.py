@@ -75,6 +75,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton/gated_mlp.py::run",
             targets=("cuda", "cpu"),
+            shared=("persistent_matmul.py",),
             description="Persistent matmul with two fp32 accumulators (gate, up) sharing the x "
             "tiles; TMA on Hopper; silu(gate) * up in the epilogue.",
         ),

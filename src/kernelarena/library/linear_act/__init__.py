@@ -95,6 +95,7 @@ def _solutions() -> tuple[SolutionSpec, ...]:
                 "triton",
                 f"triton/linear_act.py::run_{activation}",
                 targets=("cuda", "cpu"),
+                shared=("persistent_matmul.py",),
                 variants=variants,
                 description="Persistent matmul, TMA descriptors on Hopper, grouped tile order, "
                 "bias and activation in the fp32 epilogue.",

@@ -98,6 +98,7 @@ _CUDA_HEADERS = (
     "cuda/nvfp4_gemv_rows.cuh",
     "cuda/nvfp4_gemv_tuner.cuh",
 )
+_CUDA_SHARED = ("mbarrier.cuh", "nvfp4_decode.cuh")
 _SOLUTION_NOTES = (
     "FP4 decoded by byte-permute (PRMT) lookups into int8, 16-value blocks summed exactly by "
     "dp4a, scaled in float32"
@@ -177,6 +178,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda/nvfp4_gemv.cu::run",
             extra_files=_CUDA_HEADERS,
+            shared=_CUDA_SHARED,
             targets=("sm_90a",),
             description=f"Reads sfa/sfb. {_SOLUTION_NOTES}; warps that sweep whole rows alone, "
             "b decoded once a block into shared memory and A in a register ring 3-6 steps deep, "
@@ -189,6 +191,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda/nvfp4_gemv.cu::run_permuted",
             extra_files=_CUDA_HEADERS,
+            shared=_CUDA_SHARED,
             targets=("sm_90a",),
             description="The CUDA solution reading sfa_permuted/sfb_permuted.",
         ),
@@ -197,6 +200,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cute/nvfp4_gemv_cute.cu::run",
             extra_files=("cute/nvfp4_gemv_cute.cuh",),
+            shared=("nvfp4_decode.cuh",),
             targets=("sm_90a",),
             dependencies=("cutlass",),
             description=f"CuTe (CUTLASS C++ headers). Reads sfa/sfb. {_SOLUTION_NOTES}; the CUDA "

@@ -79,6 +79,7 @@ OPERATOR = OperatorSpec(
             "triton",
             "triton",
             "triton/scale.py::run",
+            shared=("tiles.py", "tuning.py"),
             targets=("cuda", "cpu"),
             description="Tiles tuned on the device (6 candidates, 512 to 4096 elements); "
             "16-byte accesses.",
@@ -87,6 +88,7 @@ OPERATOR = OperatorSpec(
             "cuda",
             "cuda",
             "cuda/scale.cu::run",
+            shared=("device.cuh", "rows_elementwise.cuh", "vector_io.cuh"),
             targets=("sm_90a",),
             description="16-byte vector accesses, streaming loads, two per thread in flight.",
         ),

@@ -27,9 +27,10 @@ goal is every byte of K and V read once, with enough loads in flight to saturate
 - K/V loads are masked pointer loads, software-pipelined by ``num_stages`` (cp.async on sm_80+).
 - ``pdl``: programmatic dependent launch (sm_90): each kernel may launch while the one before it
   in the stream finishes, and waits (``griddepcontrol.wait``) before its first read, so whatever
-  that kernel wrote (q, the cache) is visible. By default (``"graph"``) only for calls captured in
-  a CUDA graph: there it saved 0.3-0.6 us a call, while eager calls with it were no faster and at
-  batch 1 with a 32k cache slower (H100: 99.7 us of wall time a call against 65.0 without).
+  that kernel wrote (q, the cache) is visible. Off by default (see _GPU_CONFIG); ``"graph"`` asks
+  for it only in calls captured in a CUDA graph: there it saved 0.3-0.6 us a call, while eager
+  calls with it were no faster and at batch 1 with a 32k cache slower (H100: 99.7 us of wall time
+  a call against 65.0 without).
 - On the CPU interpreter bfloat16 dots widen to float32 first (``DOT_F32``), as in
   ``attention_prefill``: the interpreter multiplies bfloat16 bit patterns
   (triton-lang/triton#11584).
@@ -355,13 +356,12 @@ def _pdl_supported(device: torch.device) -> bool:
 
 
 _CPU_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "combine": "kernel", "pdl": False}
-# On a GPU: 64 x 128 K and V tiles, 2 in flight (3 stages: 70 KB of shared memory, 95 registers).
-# H100, 2026-11-25 (scripts/probe_decode.py): BLOCK_N 32 and 128, 8 warps and 2-5 stages were no
-# faster at any shape; PDL saved 0.3-0.6 us a call; the fused merge 0.1-1.7 us more where it
-# reads every split in one block (batch 4 at 8k: 48.8 us against 50.2), and cost 1-4 us where it
-# loops over three (33 splits).
-# PDL stays off: inside CUDA graph capture (Triton 3.6, torch 2.11, H100) the third capture of a
-# process failed with "operation failed due to a previous error during capture", whatever its shape.
+# On a GPU: 64 x 128 K and V tiles, 2 in flight (3 stages: 70 KB of shared memory, 95 registers);
+# other tile sizes, warps and stages were no faster at any shape on an H100. The fused merge saves
+# up to ~2 us where it reads every split in one block and costs more where it loops (plan falls
+# back to the merge kernel there). PDL stays off: inside CUDA graph capture (Triton 3.6, torch 2.11)
+# the third capture of a process fails with "operation failed due to a previous error during
+# capture", whatever its shape. The measurements: docs/kernels/attention_decode.md.
 _GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "fused", "pdl": False}
 # Splits when batch x KV heads <= SMs: one program an SM. With equal chunks, all of them run at
 # once and finish together; more programs only add partials (H100: 2 an SM from 0.6% faster to
@@ -408,42 +408,18 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
     it back (its registers and shared memory)."""
     batch, q_heads, head_dim = q.shape
     kv_heads, max_seq = k_cache.shape[1], k_cache.shape[2]
-    if head_dim not in (64, 128) or kv_heads == 0 or q_heads % kv_heads:
-        raise ValueError(
-            f"attention_decode: head_dim {head_dim} (64 or 128) and q_heads {q_heads} "
-            f"a multiple of kv_heads {kv_heads} are required"
-        )
-    if any(t.stride(-1) != 1 for t in (q, k_cache, v_cache, o)):
-        raise ValueError(
-            "attention_decode: the last dimension of q, the caches and o must be contiguous"
-        )
+    _check_inputs(q_heads, head_dim, kv_heads, (q, k_cache, v_cache, o))
     if batch == 0 or q_heads == 0:
         return None
     group = q_heads // kv_heads
-    shape = (batch, q_heads, kv_heads, max_seq, head_dim, q.device)
-    planned_splits, planned = _PLANS.get(shape) or _PLANS.setdefault(shape, plan(*shape))
-    config = {**planned, **config} if config else planned
-    if num_splits is None:
-        num_splits = planned_splits
-    num_splits = max(1, int(num_splits))
+    num_splits, config = _settled_plan(q, kv_heads, max_seq, num_splits, config)
     single = num_splits == 1
     on_gpu = q.is_cuda
     capturing = on_gpu and torch.cuda.is_current_stream_capturing()
     pdl = on_gpu and (config["pdl"] is True or (config["pdl"] == "graph" and capturing))
     fused = not single and config["combine"] == "fused"
-    counters = _counters(q.device, batch * kv_heads, capturing) if fused else None
-    if single:
-        part_o = part_lse = o  # unused
-    else:
-        # One allocation for both: [batch, q_heads, splits, dim] then [batch, q_heads, splits].
-        rows = batch * q_heads * num_splits
-        parts = _partials(q.device, rows * (head_dim + 1), capturing)
-        part_o, part_lse = parts[: rows * head_dim], parts[rows * head_dim :]
-    # Merges read splits in blocks of 16 to 64 (few builds; at most 64 values a lane at 4 warps).
-    merge_rows = triton.next_power_of_2(group)
-    split_block = min(64, max(16, triton.next_power_of_2(num_splits)))
-    fused_block = max(2, min(triton.next_power_of_2(num_splits), _FUSED_MERGE_VALUES // merge_rows))
-    extra = {"launch_pdl": True} if pdl else {}
+    counters, part_o, part_lse = _workspace(q, o, kv_heads, num_splits, fused, capturing)
+    merge_rows, split_block = _fused_merge_block(group, num_splits, fused)
     compiled = _decode_split_kernel[
         (batch * kv_heads * num_splits,)
     ](
@@ -471,28 +447,88 @@ def launch(q, k_cache, v_cache, seq_lens, sm_scale, o, lse, num_splits=None, con
         BLOCK_N=config["BLOCK_N"],
         SINGLE_SPLIT=single,
         FUSED=fused,
-        MERGE_ROWS=merge_rows if fused else 1,  # unused unless fused: one build for all counts
-        SPLIT_BLOCK=fused_block if fused else 16,
+        MERGE_ROWS=merge_rows,
+        SPLIT_BLOCK=split_block,
         USE_PDL=pdl,
         DOT_F32=not on_gpu and q.dtype == torch.bfloat16,
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
-        **extra,
+        **_pdl_launch(pdl),
     )
     if not single and not fused:
-        _decode_combine_kernel[(batch * q_heads,)](
-            part_o,
-            part_lse,
-            o,
-            lse,
-            *o.stride()[:2],
-            *lse.stride(),
-            q_heads,
-            num_splits,
-            HEAD_DIM=head_dim,
-            SPLIT_BLOCK=split_block,
-            USE_PDL=pdl,
-            num_warps=4,
-            **extra,
-        )
+        _combine(q, part_o, part_lse, o, lse, num_splits, pdl)
     return compiled
+
+
+def _check_inputs(q_heads: int, head_dim: int, kv_heads: int, tensors: tuple) -> None:
+    if head_dim not in (64, 128) or kv_heads == 0 or q_heads % kv_heads:
+        raise ValueError(
+            f"attention_decode: head_dim {head_dim} (64 or 128) and q_heads {q_heads} "
+            f"a multiple of kv_heads {kv_heads} are required"
+        )
+    if any(t.stride(-1) != 1 for t in tensors):
+        raise ValueError(
+            "attention_decode: the last dimension of q, the caches and o must be contiguous"
+        )
+
+
+def _settled_plan(q, kv_heads, max_seq, num_splits, config) -> tuple[int, dict]:
+    """(num_splits, config): ``plan``'s for the shape (kept per shape), overridden by the caller's."""
+    batch, q_heads, head_dim = q.shape
+    shape = (batch, q_heads, kv_heads, max_seq, head_dim, q.device)
+    planned_splits, planned = _PLANS.get(shape) or _PLANS.setdefault(shape, plan(*shape))
+    config = {**planned, **config} if config else planned
+    if num_splits is None:
+        num_splits = planned_splits
+    return max(1, int(num_splits)), config
+
+
+def _workspace(q, o, kv_heads, num_splits, fused, capturing):
+    """(counters, part_o, part_lse): the fused merge's counters (None unless fused) and the splits'
+    partials, both unused with one split."""
+    batch, q_heads, head_dim = q.shape
+    counters = _counters(q.device, batch * kv_heads, capturing) if fused else None
+    if num_splits == 1:
+        return counters, o, o
+    # One allocation for both: [batch, q_heads, splits, dim] then [batch, q_heads, splits].
+    rows = batch * q_heads * num_splits
+    parts = _partials(q.device, rows * (head_dim + 1), capturing)
+    return counters, parts[: rows * head_dim], parts[rows * head_dim :]
+
+
+def _fused_merge_block(group: int, num_splits: int, fused: bool) -> tuple[int, int]:
+    """The fused merge's (MERGE_ROWS, SPLIT_BLOCK): the group's query heads, padded to a power of
+    2, and the splits it reads at once, 2 to 64 (at most 64 values a lane at 4 warps, few builds).
+    (1, 16) unless fused: one build for all counts."""
+    if not fused:
+        return 1, 16
+    merge_rows = triton.next_power_of_2(group)
+    return merge_rows, max(
+        2, min(triton.next_power_of_2(num_splits), _FUSED_MERGE_VALUES // merge_rows)
+    )
+
+
+def _pdl_launch(pdl: bool) -> dict:
+    """Triton's launch option for programmatic dependent launch, where it is on."""
+    return {"launch_pdl": True} if pdl else {}
+
+
+def _combine(q, part_o, part_lse, o, lse, num_splits, pdl) -> None:
+    """The merge kernel: one program a (sequence, query head), splits read in blocks of 16 to 64
+    (few builds; at most 64 values a lane at 4 warps)."""
+    batch, q_heads, head_dim = q.shape
+    _decode_combine_kernel[(batch * q_heads,)](
+        part_o,
+        part_lse,
+        o,
+        lse,
+        *o.stride()[:2],
+        *lse.stride(),
+        q_heads,
+        num_splits,
+        HEAD_DIM=head_dim,
+        SPLIT_BLOCK=min(64, max(16, triton.next_power_of_2(num_splits))),
+        USE_PDL=pdl,
+        num_warps=4,
+        **_pdl_launch(pdl),
+    )

@@ -8,11 +8,9 @@
 // The kernel (attention_prefill_sm90.cuh) follows FlashAttention-3: TMA, mbarriers, a producer
 // warpgroup and two consumer warpgroups running wgmma, the softmax between them in registers.
 //
-// Measured (scripts/probe_attention_cuda.py, logs in benchmarks/results/logs), H100 SXM,
-// 2026-11-25, b4 h32 s4096 bf16, TFLOP/s of this kernel / cuDNN SDPA over three runs: d128 full
-// 566-590 / 602-621 (0.91-0.98x), d128 causal 511-530 / 541-547 (0.93-0.98x), d128 causal GQA 4
-// 507-532 / 547-553, d64 full 412-420 / 440-445 (FlashAttention-2 303), d64 causal 365-371 /
-// 413-415; fp16 d128 full 549-556 / 574-580. Not yet measured on an H200.
+// On an H100 it runs at 0.91-0.98x cuDNN SDPA's TFLOP/s at head_dim 128 and ~0.9x at 64: the
+// measurements, and those behind the compile-time switches below, are in
+// docs/kernels/attention_prefill_cuda.md.
 //
 // Everything TMA can describe goes there: 16-byte aligned bases, strides that are multiples of
 // 16 bytes, sm_scale > 0. The rest, and seq_kv = 0, takes the portable kernel
@@ -41,8 +39,7 @@
 
 // A persistent grid (a CTA an SM, each taking every gridDim-th work tile) instead of a CTA a
 // tile. Off: its static round-robin balances causal work worse than the hardware's block
-// scheduler. H100, 2026-11-25, b4 h32 s4096 bf16 (TFLOP/s, a CTA a tile / persistent): d128 causal
-// 511 / 485, d64 causal 371 / 354, d128 full 566 / 589 (repeated runs of one build spread 8%).
+// scheduler (5% slower on causal shapes, within the spread of runs on full ones).
 #ifndef ATTENTION_PREFILL_PERSISTENT
 #define ATTENTION_PREFILL_PERSISTENT 0
 #endif

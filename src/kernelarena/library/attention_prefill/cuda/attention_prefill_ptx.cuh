@@ -1,5 +1,6 @@
-// Hopper (sm_90a) primitives for attention_prefill, in inline PTX: mbarriers, TMA tile loads,
-// wgmma with shared-memory matrix descriptors, register reallocation. No torch, no CUTLASS.
+// Hopper (sm_90a) primitives for attention_prefill, in inline PTX: TMA tile loads, named
+// barriers, wgmma with shared-memory matrix descriptors, register reallocation (the mbarriers are
+// _shared/mbarrier.cuh's). No torch, no CUTLASS.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,44 +9,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "_shared/mbarrier.cuh"
+
 namespace attention_prefill_sm90 {
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// -- mbarriers -------------------------------------------------------------------------------
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_fence_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-// Waits until the phase with the given parity has completed. A fresh barrier counts its
-// (never started) previous phase, parity 1, as complete: producers start waiting on parity 1.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 
 // -- TMA ---------------------------------------------------------------------------------------
 

@@ -24,15 +24,13 @@
 #include "attention_prefill_ptx.cuh"
 
 // Ping-pong between the consumer warpgroups (FlashAttention-3): each issues its GEMMs only after
-// the other has issued its own, so one's softmax lines up with the other's GEMMs. H100,
-// 2026-11-25, b4 h32 s4096 bf16 (TFLOP/s without / with): d128 causal 509 / 525, d64 full
-// 377 / 413, d64 causal 338 / 373, d128 full 589 / 584 (within the spread of repeated runs).
+// the other has issued its own, so one's softmax lines up with the other's GEMMs (3-10% faster on
+// an H100 but for d128 full, where it is within the spread of runs).
 // Where O takes its softmax factor: 1 rescales O between issuing S = Q K^T of the next key tile
 // and O += P V (FlashAttention-3's order: the multiplies run while the tensor cores work on S);
-// 0 rescales after O += P V completes. 0 measured faster, perhaps because under ping-pong the
-// multiplies sit inside the warpgroup's turn and delay the other's GEMMs: H100, 2026-11-25, b4
-// h32 s4096 bf16 (TFLOP/s, 0 / 1): d128 full 572 / 565, causal 511 / 502, causal GQA 509 / 487,
-// d64 full 412 / 405, fp16 d128 full 549 / 519.
+// 0 rescales after O += P V completes. 0 measured faster (1-6%), perhaps because under ping-pong
+// the multiplies sit inside the warpgroup's turn and delay the other's GEMMs. The numbers:
+// docs/kernels/attention_prefill_cuda.md.
 #ifndef ATTENTION_PREFILL_EARLY_RESCALE
 #define ATTENTION_PREFILL_EARLY_RESCALE 0
 #endif
@@ -138,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kOut = kHeadDim / 2;  // float accumulators of O a thread (m64 x head_dim)
 
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const uint32_t base = (shared_address(smem_raw) + 1023) & ~1023u;
   const uint32_t q_full = base + L::kBarriers;
   const uint32_t q_empty = q_full + 8 * (1 + 4 * kStages);
   auto k_full = [&](int s) { return q_full + 8 * (1 + s); };
@@ -147,15 +145,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto v_empty = [&](int s) { return q_full + 8 * (1 + 3 * kStages + s); };
 
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
-    mbar_init(q_empty, 8);  // one arrival a consumer warp
+    mbarrier_init(q_full, 1);
+    mbarrier_init(q_empty, 8);  // one arrival a consumer warp
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(k_full(s), 1);
-      mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), 8);
-      mbar_init(v_empty(s), 8);
+      mbarrier_init(k_full(s), 1);
+      mbarrier_init(v_full(s), 1);
+      mbarrier_init(k_empty(s), 8);
+      mbarrier_init(v_empty(s), 8);
     }
-    mbar_fence_init();
+    mbarrier_init_fence();
   }
   __syncthreads();
 
@@ -171,8 +169,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const Work w = work_of(t, p);
         if (w.n_tiles == 0) continue;
         const int kv_h = w.h / p.group;
-        mbar_wait(q_empty, (tile_iter & 1) ^ 1);
-        mbar_expect_tx(q_full, L::kTileBytes);
+        mbarrier_wait(q_empty, (tile_iter & 1) ^ 1);
+        mbarrier_expect_bytes(q_full, L::kTileBytes);
 #pragma unroll
         for (int cb = 0; cb < L::kColumnBlocks; ++cb) {
           tma_load_4d(base + L::kQ + cb * kColumnBlockBytes, &map_q, q_full, cb * 64, w.m0, w.h,
@@ -182,15 +180,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int n = w.n_tiles - 1 - i;
           const int s = kv_iter % kStages;
           const uint32_t parity = ((kv_iter / kStages) & 1) ^ 1;
-          mbar_wait(k_empty(s), parity);
-          mbar_expect_tx(k_full(s), L::kTileBytes);
+          mbarrier_wait(k_empty(s), parity);
+          mbarrier_expect_bytes(k_full(s), L::kTileBytes);
 #pragma unroll
           for (int cb = 0; cb < L::kColumnBlocks; ++cb) {
             tma_load_4d(base + L::kK + s * L::kTileBytes + cb * kColumnBlockBytes, &map_k,
                         k_full(s), cb * 64, n * kBlockN, kv_h, w.b);
           }
-          mbar_wait(v_empty(s), parity);
-          mbar_expect_tx(v_full(s), L::kTileBytes);
+          mbarrier_wait(v_empty(s), parity);
+          mbarrier_expect_bytes(v_full(s), L::kTileBytes);
 #pragma unroll
           for (int cb = 0; cb < L::kColumnBlocks; ++cb) {
             tma_load_4d(base + L::kV + s * L::kTileBytes + cb * kColumnBlockBytes, &map_v,
@@ -316,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
 
-    mbar_wait(q_full, tile_iter & 1);
+    mbarrier_wait(q_full, tile_iter & 1);
     float alpha[2];  // the last softmax's factors for O
     auto rescale_o = [&]() {
 #pragma unroll
@@ -326,15 +324,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Key tile 0 (the last keys): S, softmax, P.
     {
       const int stage = kv_iter % kStages;
-      mbar_wait(k_full(stage), (kv_iter / kStages) & 1);
+      mbarrier_wait(k_full(stage), (kv_iter / kStages) & 1);
       turn_wait();
       issue_qk(stage);
       turn_pass();
       wgmma_wait<0>();
       fence_registers(s);
       if (lane == 0) {
-        mbar_arrive(k_empty(stage));
-        if (w.n_tiles == 1) mbar_arrive(q_empty);  // the producer may load the next Q
+        mbarrier_arrive(k_empty(stage));
+        if (w.n_tiles == 1) mbarrier_arrive(q_empty);  // the producer may load the next Q
       }
       softmax(w.n_tiles - 1, alpha);  // alpha is 0 here, and so is O
       to_p();
@@ -344,26 +342,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int it = kv_iter + i;
       const int stage = it % kStages;
       const int prev = (it - 1) % kStages;
-      mbar_wait(k_full(stage), (it / kStages) & 1);
+      mbarrier_wait(k_full(stage), (it / kStages) & 1);
       turn_wait();
       issue_qk(stage);
       if constexpr (ATTENTION_PREFILL_EARLY_RESCALE) rescale_o();
-      mbar_wait(v_full(prev), ((it - 1) / kStages) & 1);
+      mbarrier_wait(v_full(prev), ((it - 1) / kStages) & 1);
       fence_registers(pf);
       issue_pv(prev);
       turn_pass();
       wgmma_wait<1>();  // S of key tile i is in; O += P V of key tile i - 1 still runs
       fence_registers(s);
       if (lane == 0) {
-        mbar_arrive(k_empty(stage));
-        if (i == w.n_tiles - 1) mbar_arrive(q_empty);
+        mbarrier_arrive(k_empty(stage));
+        if (i == w.n_tiles - 1) mbarrier_arrive(q_empty);
       }
       softmax(w.n_tiles - 1 - i, alpha);
       wgmma_wait<0>();
       fence_registers(o);
       fence_registers(s);
       fence_registers(pf);
-      if (lane == 0) mbar_arrive(v_empty(prev));
+      if (lane == 0) mbarrier_arrive(v_empty(prev));
       if constexpr (!ATTENTION_PREFILL_EARLY_RESCALE) rescale_o();
       to_p();
     }
@@ -372,7 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int it = kv_iter + w.n_tiles - 1;
       const int last = it % kStages;
       if constexpr (ATTENTION_PREFILL_EARLY_RESCALE) rescale_o();
-      mbar_wait(v_full(last), (it / kStages) & 1);
+      mbarrier_wait(v_full(last), (it / kStages) & 1);
       fence_registers(pf);
       fence_registers(o);
       turn_wait();
@@ -380,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       turn_pass();
       wgmma_wait<0>();
       fence_registers(o);
-      if (lane == 0) mbar_arrive(v_empty(last));
+      if (lane == 0) mbarrier_arrive(v_empty(last));
     }
     kv_iter += w.n_tiles;
     ++tile_iter;

@@ -46,8 +46,8 @@ def run(q, k, v, sm_scale, causal, o, lse):
         lse.fill_(-math.inf)
         return
     if causal and seq_q > seq_kv:
-        # Seen on an H200 (torch 2.11, 2026-11-22): with more queries than keys the backend's
-        # bottom-right mask gives wrong rows past the first seq_q - seq_kv queries.
+        # With more queries than keys the backend's bottom-right mask gives wrong rows past the
+        # first seq_q - seq_kv queries (torch 2.11): refused rather than answered wrong.
         raise NotImplementedError("causal attention with seq_q > seq_kv is wrong in this backend")
     out, logsumexp = attention(q, k, v, sm_scale, causal)
     o.copy_(out)

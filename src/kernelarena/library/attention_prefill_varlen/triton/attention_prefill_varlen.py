@@ -17,94 +17,22 @@ Triton solution over sequences packed along one axis with offsets, as FlashAtten
 - On the CPU interpreter bfloat16 dots widen to float32 first (``DOT_F32``), as in
   ``attention_prefill``: the interpreter multiplies bfloat16 bit patterns
   (triton-lang/triton#11584).
-- The block loop below is ``attention_prefill``'s, duplicated on purpose: a solution's files must
-  stand alone.
+- The tile loop is ``attention_prefill``'s: attention_tile.py in library/_shared/, embedded in
+  both solutions.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-_LOG2E = 1.4426950408889634
-# In-kernel TMA descriptors (public since Triton 3.4); older Tritons take the pointer path.
-_HAS_DEVICE_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")
-
-
-@triton.jit
-def _attend_range(
-    acc,
-    m_i,
-    l_i,
-    q,
-    k_src,
-    v_src,
-    rows,
-    start,
-    stop,
-    seq_kv,
-    diagonal,
-    qk_scale,
-    stride_ks,
-    stride_vs,
-    BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    USE_TMA: tl.constexpr,
-    DOT_F32: tl.constexpr,
-):
-    """Online softmax over keys [start, stop); ``m_i`` is the running row maximum in log2 units,
-    ``l_i`` the running row sum of exp2(score - m_i)."""
-    dims = tl.arange(0, HEAD_DIM)
-    for start_n in tl.range(start, stop, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        cols = start_n + tl.arange(0, BLOCK_N)
-        if USE_TMA:
-            k = k_src.load([start_n, 0])
-        elif MASKED:
-            k = tl.load(
-                k_src + cols[:, None] * stride_ks + dims[None, :],
-                mask=cols[:, None] < seq_kv,
-                other=0.0,
-            )
-        else:
-            k = tl.load(k_src + cols[:, None] * stride_ks + dims[None, :])
-        k_t = tl.trans(k)
-        if DOT_F32:
-            k_t = k_t.to(tl.float32)
-        qk = tl.dot(q, k_t)
-        if MASKED:
-            visible = cols[None, :] < seq_kv
-            if CAUSAL:
-                visible = visible & (cols[None, :] <= rows[:, None] + diagonal)
-            qk = tl.where(visible, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            # A row that has seen no key yet keeps m = -inf; subtract 0 there, not -inf (NaN).
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(qk - m_use[:, None])
-            alpha = tl.math.exp2(m_i - m_use)
-        else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-        acc = acc * alpha[:, None]
-        if USE_TMA:
-            v = v_src.load([start_n, 0])
-        elif MASKED:
-            v = tl.load(
-                v_src + cols[:, None] * stride_vs + dims[None, :],
-                mask=cols[:, None] < seq_kv,
-                other=0.0,
-            )
-        else:
-            v = tl.load(v_src + cols[:, None] * stride_vs + dims[None, :])
-        if DOT_F32:
-            acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc)
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        m_i = m_new
-    return acc, m_i, l_i
+from ._shared.attention_tile import (
+    LOG2E,
+    allocate_descriptors,
+    attend_query_block,
+    check_heads,
+    launch_config,
+    tma_usable,
+)
 
 
 # Counts and the lse row stride (q_heads) are not specialized: fewer binaries.
@@ -165,128 +93,14 @@ def _varlen_kernel(
     k_base = k_ptr + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
     v_base = v_ptr + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
     o_base = o_ptr + q_start.to(tl.int64) * stride_ot + head * stride_oh
-    start_m = block_m * BLOCK_M
-    rows = start_m + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, HEAD_DIM)
-    if USE_TMA:
-        # A sequence with no keys never loads; its descriptors get one row to stay well-formed.
-        kv_rows = tl.maximum(seq_kv, 1)
-        q_desc = tl.make_tensor_descriptor(
-            q_base, [seq_q, HEAD_DIM], [stride_qt, 1], [BLOCK_M, HEAD_DIM]
-        )
-        k_src = tl.make_tensor_descriptor(
-            k_base, [kv_rows, HEAD_DIM], [stride_kt, 1], [BLOCK_N, HEAD_DIM]
-        )
-        v_src = tl.make_tensor_descriptor(
-            v_base, [kv_rows, HEAD_DIM], [stride_vt, 1], [BLOCK_N, HEAD_DIM]
-        )
-        q = q_desc.load([start_m, 0])
-    else:
-        k_src = k_base
-        v_src = v_base
-        q = tl.load(
-            q_base + rows[:, None] * stride_qt + dims[None, :],
-            mask=rows[:, None] < seq_q,
-            other=0.0,
-        )
-    if DOT_F32:
-        q = q.to(tl.float32)
-
-    diagonal = seq_kv - seq_q
-    if CAUSAL:
-        stop = tl.minimum(seq_kv, start_m + BLOCK_M + diagonal)
-        full_stop = tl.minimum(seq_kv, start_m + diagonal + 1)
-    else:
-        stop = seq_kv
-        full_stop = seq_kv
-    stop = tl.maximum(stop, 0)
-    full_stop = tl.maximum(full_stop, 0) // BLOCK_N * BLOCK_N
-
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    acc, m_i, l_i = _attend_range(
-        acc,
-        m_i,
-        l_i,
-        q,
-        k_src,
-        v_src,
-        rows,
-        0,
-        full_stop,
-        seq_kv,
-        diagonal,
-        qk_scale,
-        stride_kt,
-        stride_vt,
-        BLOCK_N,
-        HEAD_DIM,
-        False,
-        CAUSAL,
-        USE_TMA,
-        DOT_F32,
-    )
-    acc, m_i, l_i = _attend_range(
-        acc,
-        m_i,
-        l_i,
-        q,
-        k_src,
-        v_src,
-        rows,
-        full_stop,
-        stop,
-        seq_kv,
-        diagonal,
-        qk_scale,
-        stride_kt,
-        stride_vt,
-        BLOCK_N,
-        HEAD_DIM,
-        True,
-        CAUSAL,
-        USE_TMA,
-        DOT_F32,
-    )
-
-    seen = l_i > 0.0
-    l_safe = tl.where(seen, l_i, 1.0)
-    o = (acc / l_safe[:, None]).to(o_ptr.dtype.element_ty)
-    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
-    if USE_TMA:
-        o_desc = tl.make_tensor_descriptor(
-            o_base, [seq_q, HEAD_DIM], [stride_ot, 1], [BLOCK_M, HEAD_DIM]
-        )
-        o_desc.store([start_m, 0], o)
-    else:
-        tl.store(o_base + rows[:, None] * stride_ot + dims[None, :], o, mask=rows[:, None] < seq_q)
+    # A sequence with no keys never loads; its descriptors get one row to stay well-formed.
+    rows, lse = attend_query_block(
+        q_base, k_base, v_base, o_base, tl.maximum(seq_kv, 1), seq_q, seq_kv, block_m * BLOCK_M,
+        qk_scale, stride_qt, stride_kt, stride_vt, stride_ot, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL,
+        USE_TMA, DOT_F32,
+    )  # fmt: skip
     lse_rows = q_start.to(tl.int64) + rows
     tl.store(lse_ptr + lse_rows * stride_lt + head * stride_lh, lse, mask=rows < seq_q)
-
-
-def _config(head_dim: int, mean_seq_q: float, device: torch.device) -> dict:
-    if device.type != "cuda":
-        return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
-    if mean_seq_q <= 64:
-        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-    if torch.cuda.get_device_capability(device)[0] >= 9:
-        # As attention_prefill: 128 x 128 score tiles over two warpgroups.
-        return {
-            "BLOCK_M": 128,
-            "BLOCK_N": 128,
-            "num_warps": 8,
-            "num_stages": 2 if head_dim == 128 else 3,
-        }
-    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-
-
-def _tma_ready(tensors: list[torch.Tensor]) -> bool:
-    """TMA needs a 16-byte aligned base per (sequence, head) and 16-byte aligned row strides."""
-    for t in tensors:
-        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:-1]):
-            return False
-    return True
 
 
 def run(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal, o, lse):
@@ -300,30 +114,14 @@ def launch(
     total_q, q_heads, head_dim = q.shape
     kv_heads = k.shape[1]
     batch = cu_seqlens_q.shape[0] - 1
-    if head_dim not in (64, 128) or kv_heads == 0 or q_heads % kv_heads:
-        raise ValueError(
-            f"attention_prefill_varlen: head_dim {head_dim} (64 or 128) and q_heads {q_heads} "
-            f"a multiple of kv_heads {kv_heads} are required"
-        )
-    if any(t.stride(-1) != 1 for t in (q, k, v, o)):
-        raise ValueError(
-            "attention_prefill_varlen: the last dimension of q, k, v and o must be contiguous"
-        )
+    check_heads("attention_prefill_varlen", head_dim, q_heads, kv_heads, q, k, v, o)
     if total_q == 0 or batch <= 0 or q_heads == 0:
         return
-    config = config or _config(head_dim, total_q / batch, q.device)
+    config = config or launch_config(head_dim, total_q / batch, q.device)
     if use_tma is None:
-        use_tma = (
-            q.is_cuda
-            and _HAS_DEVICE_DESCRIPTORS
-            and torch.cuda.get_device_capability(q.device)[0] >= 9
-            and _tma_ready([q, k, v, o])
-        )
+        use_tma = tma_usable(q, k, v, o)
     if use_tma:
-        # Device-side descriptors live in a global scratch that Triton asks the allocator for.
-        triton.set_allocator(
-            lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=q.device)
-        )
+        allocate_descriptors(q.device)
     slots = triton.cdiv(total_q, config["BLOCK_M"]) + batch
     _varlen_kernel[(slots, q_heads)](
         q,
@@ -341,7 +139,7 @@ def launch(
         batch,
         q_heads,
         q_heads // kv_heads,
-        float(sm_scale) * _LOG2E,
+        float(sm_scale) * LOG2E,
         HEAD_DIM=head_dim,
         BLOCK_M=config["BLOCK_M"],
         BLOCK_N=config["BLOCK_N"],

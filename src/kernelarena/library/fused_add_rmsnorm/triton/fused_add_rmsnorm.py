@@ -7,121 +7,63 @@ read once, out and residual_out written once (the bandwidth floor). Wider rows t
 second reads residual_out back (mostly from L2). In place, each element is loaded before the
 program stores to it, and programs own disjoint rows.
 
-The launch plan is tuned on the device (triton.autotune) the first time a (width, row-count
-bucket, dtype) is seen, as in rmsnorm's Triton solution: warps per program and weight loaded
-before or after the reduction; CUDA graphs with the data in L2 time calls under
-WARM_TUNE_MAX_BYTES, CUDA events with L2 flushed the rest; the picks are kept in Triton's cache
-folder (cache_results) under a tag per tuner (_tune_tag), so a later process reads them instead of
-timing again. Calls under TUNE_MIN_ELEMENTS and the interpreter take the fixed plan. EVEN_N (a
+The launch plans are the norms' (row_norm.py in library/_shared/): tuned on the device the first
+time a (width, row-count bucket, dtype) is seen, warps per program and weight loaded before or after
+the reduction; calls under TUNE_MIN_ELEMENTS and the interpreter take the fixed plan. EVEN_N (a
 power-of-two width) drops the column masks.
 
-In place, always the fixed plan (16 values a thread), never a tuned one. Seen on an H200 (Triton 3.6,
-2026-11-22): an in-place fp32 call at 257x2500 under a tuned plan produced rows whose scale was off
-by a constant factor, as if the compiler, short of registers at 64 values a thread, had reloaded x
-and residual for the reduction after the residual store (legal only without aliasing). The fixed
-plan passed every in-place test there.
+In place, always the fixed plan (16 values a thread), never a tuned one: under a tuned plan (64
+values a thread) an in-place fp32 call produced rows whose scale was off by a constant factor, as
+if the compiler, short of registers, had reloaded x and residual for the reduction after the
+residual store (legal only without aliasing). The fixed plan passes every in-place test
+(docs/kernels/fused_add_rmsnorm.md).
 """
-
-import functools
-import os
-import zlib
 
 import torch
 import triton
 import triton.language as tl
-import triton.testing
 
-MAX_ROW_BLOCK = 32768  # 64 KB of bfloat16 per row: 32 values per thread at 32 warps
-WIDE_CHUNK = 8192
-TILE_ELEMENTS = 2048  # fixed plan: rows per program so a program covers at least this much
-ELEMENTS_PER_THREAD = 16  # fixed plan: two 16-byte vectors of 16-bit values per thread
-TUNE_TILE = 4096  # tuned plans: elements per program (rows per program for narrow rows)
-TUNE_MIN_ELEMENTS = (
-    1 << 18
-)  # smaller calls take the fixed plan (tuning would cost more than it wins)
-WARM_TUNE_MAX_BYTES = 16 << 20  # under this a call's data stays in the 50-60 MB L2
-ROWS_BUCKET_MAX = 1 << 16  # row counts are tuned per power of two up to this
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-@triton.jit
-def _to_storage(value, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
-    """float32 to the storage dtype, rounded to nearest even. Triton's interpreter (3.6, 3.7)
-    truncates float32 -> bfloat16 casts, so under it bfloat16 is rounded here with integer ops;
-    compiled, the conversion instruction rounds."""
-    if SOFTWARE_BF16 and dtype == tl.bfloat16:  # resolved at compile time
-        bits = value.to(tl.uint32, bitcast=True)
-        bits = bits + 0x7FFF + ((bits >> 16) & 1)
-        result = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        result = value.to(dtype)
-    return result
+from ._shared.row_norm import (  # noqa: F401 (tuning_configs: tests)
+    RowNorm,
+    load_block,
+    load_params,
+    row_block,
+    store_block,
+    store_chunk,
+    to_storage,
+    tuning_configs,
+)
 
 
 @triton.jit(do_not_specialize=["rows", "tune_tag"])
 def _fused_add_rmsnorm_rows(
-    x_ptr,
-    r_ptr,
-    w_ptr,
-    out_ptr,
-    r_out_ptr,
-    rows,
-    hidden,
-    x_row_stride,
-    r_row_stride,
-    out_row_stride,
-    r_out_row_stride,
-    eps,
-    tune_tag,  # never read: names the tuner in its tuning key (see _tune_tag)
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    EVEN_N: tl.constexpr,
-    LATE_WEIGHT: tl.constexpr,
-    SOFTWARE_BF16: tl.constexpr,
-):
-    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    col = tl.arange(0, BLOCK_N)
-    if EVEN_N:  # noqa: SIM108 (a static branch: Triton resolves it at compile time)
-        col_in = col < BLOCK_N  # always true: folded away
-    else:
-        col_in = col < hidden
-    mask = (row < rows)[:, None] & col_in[None, :]
-    row64 = row.to(tl.int64)[:, None]
-    x = tl.load(x_ptr + row64 * x_row_stride + col[None, :], mask=mask, other=0.0)
-    r = tl.load(r_ptr + row64 * r_row_stride + col[None, :], mask=mask, other=0.0)
-    if not LATE_WEIGHT:
-        w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
-    s = _to_storage(x.to(tl.float32) + r.to(tl.float32), r_out_ptr.dtype.element_ty, SOFTWARE_BF16)
+    x_ptr, r_ptr, w_ptr, out_ptr, r_out_ptr,
+    rows, hidden, x_row_stride, r_row_stride, out_row_stride, r_out_row_stride, eps,
+    tune_tag,  # never read: names the tuner in its tuning key (tuning.tune_tag)
+    BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
+    LATE_PARAMS: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+):  # fmt: skip
+    row64, col, col_in, mask = row_block(rows, hidden, BLOCK_ROWS, BLOCK_N, EVEN_N)
+    x = load_block(x_ptr, row64, x_row_stride, col, mask)
+    r = load_block(r_ptr, row64, r_row_stride, col, mask)
+    if not LATE_PARAMS:
+        w = load_params(w_ptr, col, col_in)
+    s = to_storage(x.to(tl.float32) + r.to(tl.float32), r_out_ptr.dtype.element_ty, SOFTWARE_BF16)
     tl.store(r_out_ptr + row64 * r_out_row_stride + col[None, :], s, mask=mask)
     s = s.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(s * s, axis=1) / hidden + eps)
-    if LATE_WEIGHT:
-        w = tl.load(w_ptr + col, mask=col_in, other=0.0, eviction_policy="evict_last")
+    if LATE_PARAMS:
+        w = load_params(w_ptr, col, col_in)
     y = s * rstd[:, None] * w.to(tl.float32)[None, :]
-    tl.store(
-        out_ptr + row64 * out_row_stride + col[None, :],
-        _to_storage(y, out_ptr.dtype.element_ty, SOFTWARE_BF16),
-        mask=mask,
-    )
+    store_block(out_ptr, row64, out_row_stride, col, mask, y, SOFTWARE_BF16)
 
 
 @triton.jit(do_not_specialize=["rows"])
 def _fused_add_rmsnorm_wide(
-    x_ptr,
-    r_ptr,
-    w_ptr,
-    out_ptr,
-    r_out_ptr,
-    rows,
-    hidden,
-    x_row_stride,
-    r_row_stride,
-    out_row_stride,
-    r_out_row_stride,
-    eps,
-    CHUNK: tl.constexpr,
-    SOFTWARE_BF16: tl.constexpr,
-):
+    x_ptr, r_ptr, w_ptr, out_ptr, r_out_ptr,
+    rows, hidden, x_row_stride, r_row_stride, out_row_stride, r_out_row_stride, eps,
+    CHUNK: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     r_row = r_ptr + row * r_row_stride
@@ -133,7 +75,7 @@ def _fused_add_rmsnorm_wide(
         mask = col < hidden
         x = tl.load(x_row + col, mask=mask, other=0.0).to(tl.float32)
         r = tl.load(r_row + col, mask=mask, other=0.0).to(tl.float32)
-        s = _to_storage(x + r, r_out_ptr.dtype.element_ty, SOFTWARE_BF16)
+        s = to_storage(x + r, r_out_ptr.dtype.element_ty, SOFTWARE_BF16)
         tl.store(r_out_row + col, s, mask=mask)
         s = s.to(tl.float32)
         partial += s * s
@@ -144,103 +86,13 @@ def _fused_add_rmsnorm_wide(
         mask = col < hidden
         s = tl.load(r_out_row + col, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
-        tl.store(
-            out_row + col,
-            _to_storage(s * rstd * w, out_ptr.dtype.element_ty, SOFTWARE_BF16),
-            mask=mask,
-        )
+        store_chunk(out_row, col, mask, s * rstd * w, SOFTWARE_BF16)
 
 
-# -- launch plans ----------------------------------------------------------------------------------
+# -- launch plans (library/_shared/row_norm.py) ------------------------------------------------
 
-
-def _fixed_config(block_n: int) -> triton.Config:
-    block_rows = max(1, TILE_ELEMENTS // block_n)
-    num_warps = min(32, max(4, block_rows * block_n // (32 * ELEMENTS_PER_THREAD)))
-    return triton.Config(
-        {"BLOCK_ROWS": block_rows, "LATE_WEIGHT": False}, num_warps=num_warps, num_stages=1
-    )
-
-
-def tuning_configs(rows: int, hidden: int, multiprocessors: int = 132) -> list[triton.Config]:
-    """The candidates tuned for a [rows, hidden] call (rows-per-program bucketed by powers of two)."""
-    block_n = triton.next_power_of_2(hidden)
-    tile = max(block_n, TUNE_TILE)
-    block_rows = min(tile // block_n, _rows_bucket(rows))
-    programs = triton.cdiv(_rows_bucket(rows), block_rows)
-    # Under two programs per SM the call is one round trip to memory: weight loaded first.
-    many = programs >= 2 * multiprocessors
-    # 8 to 64 values a thread; 2 to 16 warps (32 for the widest rows: 64 values a thread at most).
-    fewest, most = (2, 16) if block_n <= 8192 else (4, 32)
-    configs = []
-    for per_thread in (8, 16, 32, 64):
-        warps = block_rows * block_n // (32 * per_thread)
-        if not fewest <= warps <= most:
-            continue
-        # Loaded first, 64 values a thread take 120-250 registers: late only, given the choice.
-        late = ((False, True) if per_thread < 64 else (True,)) if many else (False,)
-        configs += [
-            triton.Config(
-                {"BLOCK_ROWS": block_rows, "LATE_WEIGHT": lw}, num_warps=warps, num_stages=1
-            )
-            for lw in late
-        ]
-    return configs or [_fixed_config(block_n)]
-
-
-def _rows_bucket(rows: int) -> int:
-    return min(triton.next_power_of_2(max(rows, 1)), ROWS_BUCKET_MAX)
-
-
-@functools.lru_cache(maxsize=16)
-def _multiprocessors(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _tunes(x: torch.Tensor) -> bool:
-    """Tuning times kernels on the GPU: never under the interpreter."""
-    return not INTERPRETED and x.device.type == "cuda"
-
-
-def _bench_cold(kernel_call, quantiles):
-    return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
-
-
-def _bench_warm(kernel_call, quantiles):
-    return triton.testing.do_bench_cudagraph(kernel_call, rep=10, quantiles=quantiles)
-
-
-# One autotuner per (width bucket, row bucket, ...): each caches its pick per tuning key.
-_TUNERS: dict[tuple, triton.runtime.Autotuner] = {}
-
-
-def _tuner(block_n: int, rows_bucket: int, multiprocessors: int, warm: bool):
-    key = (block_n, rows_bucket, multiprocessors, warm)
-    tuner = _TUNERS.get(key)
-    if tuner is None:
-        # Its tuning key adds the exact width, the tuner's tag and the dtypes.
-        configs = tuning_configs(rows_bucket, block_n, multiprocessors)
-        bench = _bench_warm if warm else _bench_cold
-        tuner = _TUNERS[key] = triton.autotune(
-            configs=configs, key=["hidden", "tune_tag"], do_bench=bench, cache_results=True
-        )(_fused_add_rmsnorm_rows)
-    return tuner
-
-
-@functools.lru_cache(maxsize=256)
-def _tune_tag(device: torch.device, *tuner: object) -> int:
-    """The kernel's ``tune_tag``: a 31-bit CRC of the GPU's name and the tuner's key. Picks are
-    cached on disk (cache_results) under Triton's tuning key, which is otherwise only the width and
-    the dtypes: the same for every row bucket, for cold and warm timing, and for two GPUs of one
-    architecture (an H100 and an H200 are both sm_90a) sharing a cache folder. Always an int32, so
-    every tag runs the same compiled kernel."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    return zlib.crc32(repr((name, *tuner)).encode()) & 0x7FFFFFFF
-
-
-def tuned_plans() -> dict[str, str]:
-    """The plans picked on this device so far, by (buckets, tuning key): for reports."""
-    return {f"{k} {key}": str(c) for k, t in _TUNERS.items() for key, c in t.cache.items()}
+_PLANS = RowNorm(_fused_add_rmsnorm_rows, _fused_add_rmsnorm_wide, streams=4)
+tuned_plans = _PLANS.tuners.plans
 
 
 def _check(x, residual, weight, out, residual_out) -> None:
@@ -257,31 +109,13 @@ def _check(x, residual, weight, out, residual_out) -> None:
 
 
 def _launch(x, residual, weight, eps, out, residual_out, config, inplace: bool = False) -> None:
-    """``config``: that plan, untuned; None: the tuned plan (or the fixed one for small calls)."""
+    """``config``: that plan, untuned; None: the tuned plan (or the fixed one for small calls and
+    in place)."""
     _check(x, residual, weight, out, residual_out)
     rows, hidden = x.shape
-    if rows == 0 or hidden == 0:
-        return
     args = (x, residual, weight, out, residual_out, rows, hidden, x.stride(0), residual.stride(0),
             out.stride(0), residual_out.stride(0), float(eps))  # fmt: skip
-    block_n = triton.next_power_of_2(hidden)
-    if block_n > MAX_ROW_BLOCK:
-        _fused_add_rmsnorm_wide[(rows,)](
-            *args, CHUNK=WIDE_CHUNK, SOFTWARE_BF16=INTERPRETED, num_warps=16
-        )
-        return
-    meta = {"BLOCK_N": block_n, "EVEN_N": hidden == block_n, "SOFTWARE_BF16": INTERPRETED}
-    small = not _tunes(x) or rows * hidden < TUNE_MIN_ELEMENTS
-    if config is None and (small or inplace):
-        config = _fixed_config(block_n)
-    if config is None:
-        warm = 4 * rows * hidden * x.element_size() < WARM_TUNE_MAX_BYTES
-        key = (block_n, _rows_bucket(rows), _multiprocessors(x.device.index or 0), warm)
-        grid = lambda m: (triton.cdiv(rows, m["BLOCK_ROWS"]),)  # noqa: E731
-        _tuner(*key)[grid](*args, tune_tag=_tune_tag(x.device, *key), **meta)
-        return
-    grid = (triton.cdiv(rows, config.kwargs["BLOCK_ROWS"]),)
-    _fused_add_rmsnorm_rows[grid](*args, tune_tag=0, **meta, **config.all_kwargs())
+    _PLANS.launch(x, args, config, fixed=inplace)
 
 
 def run(

@@ -11,113 +11,29 @@
 // - weight is loaded into registers at the start, so its L2 latency overlaps x's HBM latency; bias
 //   is copied to shared memory at the start (cp.async, with x), one copy per block, and read from
 //   there for the output. (Held in registers beside weight it spills for 8 accesses of bf16; loaded
-//   into registers after the reductions, as before 2026-11-22, it cost every row an exposed L2 round
-//   trip and 128 registers a thread (ptxas, bf16, 8192 wide), so 4 blocks per SM: 78% of the copy
-//   bandwidth at 32768x8192 on an H200; now 94 registers and 32 KB of shared memory, 5 blocks per
-//   SM.) weight and bias stay in L2 for every row.
+//   into registers after the reductions it costs every row an exposed L2 round trip and 128
+//   registers a thread (ptxas, bf16, 8192 wide), so 4 blocks per SM: 78% of the copy bandwidth at
+//   32768x8192 on an H200. Staged: 94 registers and 32 KB of shared memory, 5 blocks per SM; see
+//   docs/kernels/layernorm.md.) weight and bias stay in L2 for every row.
 // - Threads per row: the fewest (one warp at least) covering the row in 8 copies each; rows
 //   narrower than 4 warps share a block of 128 threads; few rows (launch-bound) spread wider.
 // - Row sums: warp shuffles, then one shared-memory step across the row's warps.
 // - 16-byte accesses need x, out, weight and bias 16-byte aligned and the width and row strides
 //   whole numbers of vectors (checked on the host); otherwise one element per access.
 // - Stores keep the default cache policy: out is the next kernel's input.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
 
-#include <algorithm>
 #include <cstdint>
 
+#include "_shared/norm_rows.cuh"
+#include "_shared/reduce.cuh"
+#include "_shared/vector_io.cuh"
+
 namespace {
-
-constexpr int kVectorAccesses = 8;   // 16-byte accesses per thread, at most, for a staged row
-constexpr int kScalarAccesses = 16;  // one-element accesses per thread, at most
-constexpr int kRowThreads = 512;     // threads per row, at most, for a staged row
-constexpr int kWideThreads = 1024;
-constexpr int kBlockThreads = 128;   // at least this many threads per block (rows share a block)
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
-template <>
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v) { return static_cast<T>(v); }
-template <>
-__device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
-
-// kVec elements moved as one access: 16 bytes on the vector path, one element otherwise.
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
-template <typename T, int kVec>
-__device__ __forceinline__ Pack<T, kVec> load(const T* p) {
-  return *reinterpret_cast<const Pack<T, kVec>*>(p);
-}
-
-// For data no thread of the kernel writes (weight): the read-only path, cached.
-template <typename T, int kVec>
-__device__ __forceinline__ Pack<T, kVec> load_read_only(const T* p) {
-  Pack<T, kVec> result;
-  if constexpr (sizeof(Pack<T, kVec>) == 16) {
-    *reinterpret_cast<uint4*>(&result) = __ldg(reinterpret_cast<const uint4*>(p));
-  } else {
-    result = *reinterpret_cast<const Pack<T, kVec>*>(p);
-  }
-  return result;
-}
-
-template <typename T, int kVec>
-__device__ __forceinline__ void store(T* p, const Pack<T, kVec>& value) {
-  *reinterpret_cast<Pack<T, kVec>*>(p) = value;
-}
-
-// Global to shared: cp.async for 16 bytes (L2 only, .cg: x is read once), else through a register.
-// The copying thread is the only one that reads the data back, so cp_async_wait suffices.
-template <typename T, int kVec>
-__device__ __forceinline__ void copy_to_shared(T* shared, const T* global) {
-  if constexpr (sizeof(Pack<T, kVec>) == 16) {
-    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
-  } else {
-    store<T, kVec>(shared, load<T, kVec>(global));
-  }
-}
-
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Sum of v over the blockDim.x threads of this row (a multiple of 32); every thread gets it.
-// All threads of the block must call it (it may synchronize the block).
-__device__ __forceinline__ float row_sum(float v, float* scratch) {
-  v = warp_sum(v);
-  const int warps = blockDim.x >> 5;
-  if (warps == 1) return v;
-  const int lane = threadIdx.x & 31;
-  float* row_scratch = scratch + threadIdx.y * warps;
-  if (lane == 0) row_scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = warp_sum(lane < warps ? row_scratch[lane] : 0.f);
-  __syncthreads();  // scratch is free for the next reduction
-  return v;
-}
 
 // blockDim.y rows per block, blockDim.x threads per row; access a of a thread covers the kVec
 // elements from column (a * blockDim.x + threadIdx.x) * kVec, so a warp moves 512 contiguous bytes.
@@ -232,39 +148,6 @@ __global__ void __launch_bounds__(kWideThreads)
   }
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int multiprocessors(int device) {
-  static int cached[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (cached[device] == 0) {
-    int count = 0;
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    cached[device] = count > 0 ? count : 132;
-  }
-  return cached[device];
-}
-
-struct Plan {
-  int threads;  // per row; 0: the row is too wide to stage (wide kernel)
-  int rows_per_block;
-  int accesses;  // per thread
-};
-
-Plan plan(int64_t rows, int64_t packs_per_row, int max_accesses, int sms) {
-  int64_t threads = 32;
-  while (threads < kRowThreads && threads * max_accesses < packs_per_row) threads *= 2;
-  if (threads * max_accesses < packs_per_row) return {0, 1, 0};
-  auto rows_per_block = [&] { return std::max<int64_t>(1, kBlockThreads / threads); };
-  // Launch-bound shapes: widen while each thread keeps two accesses at least.
-  while (threads < kRowThreads && ceil_div(rows, rows_per_block()) < 2 * sms && threads * 4 <= packs_per_row) {
-    threads *= 2;
-  }
-  int accesses = 1;
-  while (accesses * threads < packs_per_row) accesses *= 2;
-  return {static_cast<int>(threads), static_cast<int>(rows_per_block()), accesses};
-}
-
 // The tensors of one call, already checked: x and out [rows, hidden] with contiguous rows.
 template <typename T>
 struct Args {
@@ -279,53 +162,20 @@ struct Args {
   float eps;
 };
 
-template <typename T, int kVec, int kAccesses>
-void launch_rows(const Plan& p, const Args<T>& a, cudaStream_t stream) {
-  auto kernel = layernorm_rows_kernel<T, kVec, kAccesses>;
-  // The block's rows, then bias.
-  const size_t shared = static_cast<size_t>(p.rows_per_block + 1) * a.hidden * sizeof(T);
-  // Past 48 KB of shared memory a block (static scratch included) must opt in (Hopper: 227 KB).
-  if (shared + sizeof(float) * (kRowThreads / 32) > 48 * 1024) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+struct LayerNorm {
+  template <typename T, int kVec, int kAccesses>
+  static void rows(const Plan& p, const Args<T>& a, cudaStream_t stream) {
+    // The block's rows, then bias.
+    const size_t shared = static_cast<size_t>(p.rows_per_block + 1) * a.hidden * sizeof(T);
+    launch_staged(layernorm_rows_kernel<T, kVec, kAccesses>, p, a.rows, shared, stream, a.x, a.weight, a.bias, a.out,
+                  a.rows, a.hidden, a.x_stride, a.out_stride, a.eps);
   }
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.rows, p.rows_per_block)));
-  const dim3 block(p.threads, p.rows_per_block);
-  kernel<<<grid, block, shared, stream>>>(a.x, a.weight, a.bias, a.out, a.rows, a.hidden, a.x_stride, a.out_stride,
-                                          a.eps);
-}
-
-template <typename T, int kVec>
-void launch_wide(const Args<T>& a, cudaStream_t stream) {
-  layernorm_wide_kernel<T, kVec><<<static_cast<unsigned>(a.rows), kWideThreads, 0, stream>>>(
-      a.x, a.weight, a.bias, a.out, a.hidden, a.x_stride, a.out_stride, a.eps);
-}
-
-// 16-byte accesses: tiers of 1, 2, 4 and 8 accesses a thread, so narrow rows hold few registers.
-template <typename T>
-void launch_vectorized(const Args<T>& a, int sms, cudaStream_t stream) {
-  constexpr int kVec = 16 / sizeof(T);
-  const Plan p = plan(a.rows, a.hidden / kVec, kVectorAccesses, sms);
-  if (p.threads == 0) return launch_wide<T, kVec>(a, stream);
-  if (p.accesses == 1) return launch_rows<T, kVec, 1>(p, a, stream);
-  if (p.accesses == 2) return launch_rows<T, kVec, 2>(p, a, stream);
-  if (p.accesses == 4) return launch_rows<T, kVec, 4>(p, a, stream);
-  launch_rows<T, kVec, kVectorAccesses>(p, a, stream);
-}
-
-// One element per access (unaligned data, or a width not a whole number of vectors): one tier.
-template <typename T>
-void launch_scalar(const Args<T>& a, int sms, cudaStream_t stream) {
-  const Plan p = plan(a.rows, a.hidden, kScalarAccesses, sms);
-  if (p.threads == 0) return launch_wide<T, 1>(a, stream);
-  launch_rows<T, 1, kScalarAccesses>(p, a, stream);
-}
-
-template <typename T>
-T* data_of(const tvm::ffi::TensorView& t) {
-  return reinterpret_cast<T*>(static_cast<char*>(t.data_ptr()) + t.byte_offset());
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+  template <typename T, int kVec>
+  static void wide(const Args<T>& a, cudaStream_t stream) {
+    layernorm_wide_kernel<T, kVec><<<static_cast<unsigned>(a.rows), kWideThreads, 0, stream>>>(
+        a.x, a.weight, a.bias, a.out, a.hidden, a.x_stride, a.out_stride, a.eps);
+  }
+};
 
 template <typename T>
 void launch(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::TensorView bias, tvm::ffi::TensorView out,
@@ -336,12 +186,7 @@ void launch(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::Tenso
   const bool vectorized = aligned16(a.x) && aligned16(a.weight) && aligned16(a.bias) && aligned16(a.out) &&
                           a.hidden % kVec == 0 &&
                           (a.rows == 1 || (a.x_stride % kVec == 0 && a.out_stride % kVec == 0));
-  const int sms = multiprocessors(x.device().device_id);
-  if (vectorized) {
-    launch_vectorized<T>(a, sms, stream);
-  } else {
-    launch_scalar<T>(a, sms, stream);
-  }
+  launch_norm<LayerNorm, T>(a, vectorized, multiprocessors(x.device().device_id), stream);
 }
 
 }  // namespace
@@ -365,19 +210,10 @@ void run(tvm::ffi::TensorView x, tvm::ffi::TensorView weight, tvm::ffi::TensorVi
                                     bias.stride(0) == 1))
       << "layernorm: the last dimension of x, out, weight and bias must be contiguous";
   auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(x.device().device_type, x.device().device_id));
-  const DLDataType dtype = x.dtype();
-  const float eps_f = static_cast<float>(eps);
-  if (dtype.code == kDLFloat && dtype.bits == 32) {
-    launch<float>(x, weight, bias, out, eps_f, stream);
-  } else if (dtype.code == kDLFloat && dtype.bits == 16) {
-    launch<__half>(x, weight, bias, out, eps_f, stream);
-  } else if (dtype.code == kDLBfloat && dtype.bits == 16) {
-    launch<__nv_bfloat16>(x, weight, bias, out, eps_f, stream);
-  } else {
-    TVM_FFI_THROW(TypeError) << "layernorm: unsupported dtype (float32, float16 and bfloat16 only)";
-  }
-  cudaError_t status = cudaGetLastError();
-  TVM_FFI_ICHECK(status == cudaSuccess) << "layernorm: launch failed: " << cudaGetErrorString(status);
+  with_float_type(x.dtype(), "layernorm", [&](auto type) {
+    launch<decltype(type)>(x, weight, bias, out, static_cast<float>(eps), stream);
+  });
+  check_launch("layernorm");
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);

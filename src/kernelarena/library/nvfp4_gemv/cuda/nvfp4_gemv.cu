@@ -3,19 +3,18 @@
 // the block-scaled copies (same kernels: a scale's address is row part + column part + batch part).
 //
 // Purely memory-bound (m*k/2 + m*k/16 bytes of A and its scales per call; b is a few KB), so the
-// kernels stream A at HBM speed and keep the decode off the critical path:
-// - Decode without an FP4 instruction (cvt for e2m1x2 is sm_100+): PRMT looks up 4 codes at once in
-//   8-byte tables (12 + 2a for non-negative codes; 12 - 2|a| on the sign-flipped codes, where the
-//   selector's sign-replicate mode zeroes the other table's byte); dp4a multiplies by the int8 2b
-//   and sums. Per 8 values: 7 ALU operations (xor, 2 shifts, 4 PRMT) and 4 dp4a on the FMA-heavy
-//   pipe. A 16-value block sums exactly in int32; started from magic - 12 * sum(2b), its bits are the
-//   float 12582912 + sum(2a * 2b), so two FMAs apply sfb/4 and sfa (e4m3x2 -> half2, sm_89+).
+// kernels stream A at HBM speed and keep the decode off the critical path. Measurements and what
+// was tried: docs/kernels/nvfp4_gemv.md.
+// - Decode without an FP4 instruction (cvt for e2m1x2 is sm_100+; _shared/nvfp4_decode.cuh): PRMT
+//   looks up 4 codes at once in 8-byte tables, dp4a multiplies by the int8 2b and sums. Per 8
+//   values: 7 ALU operations (xor, 2 shifts, 4 PRMT) and 4 dp4a on the FMA-heavy pipe. A 16-value
+//   block sums exactly in int32; started from magic - 12 * sum(2b), its bits are the float
+//   12582912 + sum(2a * 2b), so two FMAs apply sfb/4 and sfa (e4m3x2 -> half2, sm_89+).
 // - Variants 0-6 (nvfp4_gemv_kernels.cuh): b is decoded once per block and batch into registers
 //   (int8 2b, start values, sfb as float): each lane always owns the same chunks (16 bytes, 32
-//   values) of every row. Variants 7-9 (nvfp4_gemv_rows.cuh) keep it in shared memory instead and
-//   give each warp whole rows: see below.
-// - Persistent blocks (0-6; as many as fit at once), each a contiguous range of work items (a tile
-//   of rows of one batch) balanced to within one item.
+//   values) of every row. Persistent blocks (as many as fit at once), each a contiguous range of
+//   work items (a tile of rows of one batch) balanced to within one item. Variants 7-9
+//   (nvfp4_gemv_rows.cuh) keep b in shared memory instead and give each warp whole rows.
 // - Work split of 0-6 from C = k / 32 chunks a row (choose_config): chunks a lane 1 when C <= 32 or
 //   128 < C <= 256, else 2; k_warps = ceil(C / (32 * chunks a lane)) <= 8 warps share a row,
 //   their partial sums meeting in shared memory (one barrier a tile, double-buffered); 8 / k_warps
@@ -26,89 +25,35 @@
 // - How A reaches the registers: the variants (nvfp4_gemv_tuner.cuh), one kernel each.
 //   0, registers: 16-byte loads (ld.global.nc.L1::no_allocate) of the next tile into a second
 //     register buffer while the current one is decoded. In flight: 64 bytes a thread, ~32 KB an
-//     SM (2 blocks of 256 threads at <= 128 registers). Hopper needs ~4.3 TB/s x ~1-1.5 us of
-//     loaded latency / 132 SMs ~ 32-50 KB in flight an SM: this kernel sat at ~60% of the copy
-//     bandwidth on an H200 (24.5 / 56.8 / 12.8 us on the three benchmark shapes). It is the
-//     only one for rows longer than one sweep (k > 16384, several passes, no prefetch) and for
-//     scale tensors whose 4-scale groups are not 4-byte aligned.
+//     SM, below the ~32-50 KB an SM that Hopper's bandwidth x loaded latency asks for: ~60% of the
+//     copy bandwidth. It is the only one for rows longer than one sweep (k > 16384, several
+//     passes, no prefetch) and for scale tensors whose 4-scale groups are not 4-byte aligned.
 //   1-3, cp.async ring: each thread keeps its next S tiles of A and their scale words in flight
 //     into its own shared-memory slots (cp.async.cg 16 bytes, cp.async.ca 4 bytes, zero-filled
 //     past the row) and decodes from shared memory; thread-private slots need no barrier, only
 //     cp.async.wait_group. In flight an SM while decoding: (S - 1) x 64 bytes x threads: 96 KB
 //     at S = 4 and 2 blocks of 256 threads (1: 160 KB of ring an SM), 98 KB at S = 3 and 3
 //     blocks (2: 184 KB, <= 85 registers), 128 KB at S = 5 and 2 blocks (3: 205 KB), i.e. 3-4x
-//     the register kernel's, independent of registers. Expected: ~85-90% of the copy bandwidth
-//     on the two long shapes (the decode takes ~40-60% of the issue slots, now overlapped), and
-//     ~75-85% on 7168x2048x4 (7.8 us at the speed of light, where the ~1 us ramp of the first
-//     loads and the last partial item weigh most).
+//     the register kernel's, independent of registers.
 //   4-6, bulk copies (cp.async.bulk, mbarriers): a producer warp moves whole rows of a tile of A
-//     and of sfa into 4-8 shared-memory stages; the decoding warps only read shared memory. On
-//     the H200 these reached the same ~3.2 TB/s as the ring: with 100+ KB in flight an SM the
-//     memory side is no longer what limits the dp4a kernels, their ~2.8 instructions a value are.
-//     Tensor cores, tried twice and not kept. 2026-11-22: magnitudes into mma.m16n8k32 u8 x s8
-//     fed by bulk copies of 16 rows x 512 bytes: 24-43% of the speed of light (512- and 64-byte
-//     copies, 8-way bank conflicts). 2026-11-23 (commit b2fb42b has the code): per-thread cp.async
-//     rings of 16-row x 256-value tiles, the vector decoded once per block into the mma's B layout
-//     (one 16-value scale group a column, so each lane's accumulators are 4 groups of its rows);
-//     u8 x s8 with the PRMT decode above took 27.8 / 45.1 / 17.8 us on the H200's three benchmark
-//     shapes, e4m3 x e4m3 (e2m1 bits drop into e4m3: 7 shifts and LOP3s per 8 values; ptxas lowers
-//     the e4m3 mma to F2FP conversions and HMMA on sm_90) 30.9 / 52.2 / 19.7 us, against 22.7 /
-//     40.9 / 13.0 us here. ncu (7168x16384x1): the dp4a ring kernel issues 3.7 instructions a
-//     value at 62% of the issue slots (5.2 warps a scheduler; ALU pipe 49%, DRAM 60%; stalls:
-//     scoreboard 1.6, barrier 1.0, ALU throttle 0.9 cycles an instruction); the u8 x s8 kernel
-//     2.8 at 45% (3.7 warps a scheduler). A bare streaming read of A reaches 4.2-4.5 TB/s
-//     (scripts/probe_nvfp4.py), so the gap to it is issue latency, not bytes.
-//   7-9, whole rows (nvfp4_gemv_rows.cuh), from that diagnosis: the kernels above spend ~3.3
+//     and of sfa into 4-8 shared-memory stages; the decoding warps only read shared memory. They
+//     stream as fast as the ring: with 100+ KB in flight an SM, what limits the dp4a kernels is
+//     their ~2.8 instructions a value, not the memory.
+//   7-9, whole rows (nvfp4_gemv_rows.cuh), for that reason: the kernels above spend ~3.3
 //     instructions a value, ~1.4 of them decoding and the rest on copy addresses (general scale
-//     layouts, 64-bit arithmetic, ~1.1 a value in the ring's copy loop), ring reads and a
-//     cross-warp reduction with a barrier every tile. Here a warp owns whole rows: groups of
-//     kRows consecutive rows (aligned to kRows, so a group's scales are r32 bytes apart in both
-//     layouts), swept along k alone, or with 2-8 warps each a slice of k when a warp would
-//     otherwise get fewer than 2 groups (the slices meet once, at the end, in shared memory). b
-//     is decoded once per block into shared memory (int8 2b, dp4a start, sfb / 4 and -magic sfb
-//     / 4: 56 bytes a chunk, lane-contiguous, so k <= 65536), read with 4 conflict-free loads a
-//     chunk and shared by the group's rows. A and the scale pairs go through a register ring of
-//     2-6 steps (16-byte ld.global.nc, predicated), addresses advanced from the group's first
-//     row; the vector's first chunks are requested before A so that they are not queued behind
-//     it. SASS: ~2.3 instructions a value (4 rows a group), 1.5 of them the decode.
-//     2026-11-23, benchmark (graph replays), best of 7-9 per shape: H200 20.9 / 34.2 / 12.6 us
-//     (76 / 93 / 63% of the speed of light) against 22.7 / 40.9 / 12.9 for the best of 0-6; H100
-//     25.7 / 45.4 / 14.9 us (87 / 98 / 75%) against 27.3 / 51.0 / 14.6; ncu (H200): 0.5 instructions
-//     issued a cycle a scheduler at 3.8 warps, stalls long scoreboard 1.8, wait 1.1, barrier 0.85
-//     (cycles an instruction). Tried and dropped: an L2 bulk prefetch ahead of the ring (ptxas
-//     serialises per-lane addresses of cp.async.bulk.prefetch into a loop: 53-61%), two dp4a
-//     chains a block instead of one (no change), 4 chunks a row a step (46% on k = 2048), 3
-//     blocks an SM at <= 80 registers (1 row, 2-3 step rings: 1-5% slower). Every variant lands
-//     at ~21 us on 7168x16384x1 whatever its instruction count (2.3-3.3 a value), so what
-//     remains is not issue alone: at 4x the rows of 7168x2048x4 the kernel streams at the copy
-//     bandwidth, with ~5 us fixed against ~1.5 us for a bare read (start, drain, and the last
-//     group of 4 rows, which a warp gets or not: 3.4 a warp there).
-//     2026-11-24, H200, scripts/probe_nvfp4.py (same-run A/B of rebuilt sources, the log in
-//     benchmarks/results/logs): the same loads without the decode ("patterns": 4 rows x 512
-//     bytes a unit, 2- or 3-step ring, scales as here) take 17.2 / 32.7 / 9.9 us (91 / 97 / 80%),
-//     so the access order is not what costs; the kernel's gap to them is ~4 us on the large and
-//     the small shape, ~2 us of it the dot products (replaced by an XOR: 18.8 / 32.6 / 11.8 us)
-//     and ~0.4 us the vector's decode and barrier. Not it: the shared-memory carveout (the
-//     patterns lose nothing with 32-64 KB of shared memory a block at the maximum carveout;
-//     sizing it to the need changes nothing; preferring L1 halves the blocks), memory-level
-//     parallelism (2-step and 3-step pattern rings stream alike), per-warp balance (warps
-//     sharing a block's units to within one, split groups added in shared memory: -0.5 us on
-//     7168x16384x1, +0.7 and +0.9 us on the other two), an L2 prefetch of A 3-24 units ahead
-//     (prefetch.global.L2, one a lane: 13-36% slower). What helped: shallower rings, whose
-//     last loads leave less to decode after the memory has finished (v7 2 steps instead of 3:
-//     20.6 / 34.1 / 12.0 against 21.1 / 34.7 / 12.8 us; v8 4 instead of 6: 21.2 / 34.2 / 11.9
-//     against 21.7 / 35.4 / 12.8 us; v9 at 2-4 steps and v7 at 3 blocks an SM were slower).
-//     Later that day (same log, runs 11-12): A by cp.async into 3-8 thread-private shared-memory
-//     steps instead of the register ring (scale pairs still in registers, 80-122 registers, no
-//     spills; the diff is in benchmarks/results/logs/nvfp4_shared_ring_2026-11-24.diff) took
-//     24.8-28.0 / 37.1-42.6 / 14.0-14.6 us, 12-35% slower: more in flight never helped, so
-//     the decode, not the memory, sets the pace. SASS of v7's main loop: ~300 instructions a
-//     step (128 values a lane), 176 of them the decode (the floor of this PRMT + dp4a scheme:
-//     per 8 values 1 XOR, 2 shifts, 4 PRMT, 4 dp4a; merging the two lookups by OR only moves 2
-//     dp4a to the ALU pipe), ~45 the 64-bit addresses and predicates of the 8 loads, ~30 the
-//     scales. The loads alone handed out round robin over the grid's warps (neighbouring warps
-//     read neighbouring units) stream at 98 / 106 / 85% against 95 / 100 / 83% in the whole-row
-//     order, so the access order leaves ~1-2 us on the table at most.
+//     layouts, 64-bit arithmetic), ring reads and a cross-warp reduction with a barrier every
+//     tile. Here a warp owns whole rows: groups of kRows consecutive rows (aligned to kRows, so a
+//     group's scales are r32 bytes apart in both layouts), swept along k alone, or with 2-8 warps
+//     each a slice of k when a warp would otherwise get fewer than 2 groups (the slices meet once,
+//     at the end, in shared memory). b is decoded once per block into shared memory (int8 2b,
+//     dp4a start, sfb / 4 and -magic sfb / 4: 56 bytes a chunk, lane-contiguous, so k <= 65536),
+//     read with 4 conflict-free loads a chunk and shared by the group's rows. A and the scale
+//     pairs go through a register ring of 2-6 steps (16-byte ld.global.nc, predicated), addresses
+//     advanced from the group's first row; the vector's first chunks are requested before A so
+//     that they are not queued behind it. SASS: ~2.3 instructions a value (4 rows a group), 1.5
+//     of them the decode, which is what sets the pace (the same loads without it run ~4 us
+//     faster on the large shapes). Shallow rings (2 steps at 4 rows, 4 at 2 rows) measured
+//     fastest: their last loads leave less to decode after the memory has finished.
 // - The choice (nvfp4_gemv_tuner.cuh): the first call of a (device, m, k, l, scale layout) key
 //   times every variant that applies on the caller's inputs (CUDA events, the L2 flushed by a
 //   read of twice its size before each burst of 4 calls, up to 7 interleaved rounds, the median
@@ -120,13 +65,6 @@
 // - Output: a transposed butterfly (kRows - 1 + 5 - log2 kRows shuffles for kRows rows).
 // - The sums over the k_warps of a row are made by a different warp each tile (finish_tile), so
 //   that this extra work no longer delays one warp, and through the barrier the block, every tile.
-// - SASS (nvcc 13, sm_90a): ~1.6 instructions a value for decode, dot and scales; the ring
-//   kernels' main path is ~380-400 instructions a tile (128 values a thread, ~3 a value: ~0.8
-//   for the copies, ~0.2 for the ring reads, the rest reduction and loop) at 80-128 registers,
-//   no spills. At ~4 warps an SM sub-partition that is ~6 TB/s of issue-limited throughput at
-//   1.98 GHz against the ~3.9 TB/s the bar needs: enough, with less margin than the memory
-//   side now has. Next step if it proves issue-bound: A by bulk copies (cp.async.bulk, one lane a
-//   row), which would remove most of the ~0.8.
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>

@@ -1,9 +1,8 @@
 // Device code of the NVFP4 GEMV (see nvfp4_gemv.cu for the design and the per-shape choices):
-// the decode, the loads, and the pieces the two kernels of nvfp4_gemv_kernels.cuh share.
-//
-// Words: a "chunk" is 16 bytes of a row of A: 32 FP4 values, two scale blocks of 16, and the two
-// scale bytes of those blocks (adjacent in both scale layouts). Byte q of a chunk holds values 2q
-// (low nibble) and 2q + 1; so nibble i of 32-bit word w is value 8w + i.
+// the loads, and the pieces the two kernels of nvfp4_gemv_kernels.cuh share. The FP4 decode, the
+// dot products and the row reduction are _shared/nvfp4_decode.cuh's (the CuTe solution uses them
+// too); its words ("chunk", "scale pair") are used here. A chunk's two scale bytes are adjacent in
+// both scale layouts.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -12,22 +11,14 @@
 
 #include <cstdint>
 
+#include "_shared/mbarrier.cuh"
+#include "_shared/nvfp4_decode.cuh"
+
 namespace nvfp4_gemv {
 
 constexpr int kMaxWarps = 8;  // per block; 2 blocks of 256 threads per SM at <= 128 registers
 constexpr int kMaxThreads = 32 * kMaxWarps;
 constexpr int kChunkBytes = 16;
-
-// PRMT tables, byte c for codes c = 0-7: 12 + 2 * e2m1(c) and 12 - 2 * e2m1(c). All bytes are
-// below 0x80, so PRMT's sign-replicate mode (selector nibble >= 8) turns them into 0.
-constexpr uint32_t kPositiveLow = 0x0F0E0D0Cu;
-constexpr uint32_t kPositiveHigh = 0x18141210u;
-constexpr uint32_t kNegativeLow = 0x090A0B0Cu;
-constexpr uint32_t kNegativeHigh = 0x00040608u;
-constexpr uint32_t kSignBits = 0x88888888u;
-// 1.5 * 2^23: an int32 n added to its bit pattern reads back as the float 12582912 + n, exactly.
-constexpr int kMagicBits = 0x4B400000;
-constexpr float kMagic = 12582912.0f;
 
 // A scale's byte offset: row part + column part + batch part, for both layouts. Offsets within a
 // batch are 32-bit (checked on the host): one IMAD per address instead of 64-bit arithmetic.
@@ -63,51 +54,6 @@ struct Params {
   int32_t blocks_per_batch;  // each block a range of one batch's row groups
   int32_t rows_cap;          // rows a block at most (its partial sums' stride)
 };
-
-// Always 0 ((threadIdx + 1) * m < 2^39), but ptxas cannot tell: the low PRMT table words then stay
-// in two registers instead of being copied from a constant before every PRMT.
-__device__ __forceinline__ uint32_t opaque_zero(const Params& p) {
-  return static_cast<uint32_t>((static_cast<uint64_t>(threadIdx.x + 1) * p.m) >> 50);
-}
-
-__device__ __forceinline__ uint32_t prmt(uint32_t low, uint32_t high, uint32_t selector) {
-  uint32_t out;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(low), "r"(high), "r"(selector));
-  return out;
-}
-
-// The 8 values of word x against the int8 vector words (2 * b of values 0-3 and 4-7), added to acc.
-// PRMT with x's nibbles as selectors gives 12 + 2a for non-negative codes and 0 for negative ones;
-// with the sign bits flipped, 12 - 2|a| for negative codes and 0 for the rest. Both go through dp4a
-// (the FMA-heavy pipe) instead of being OR-ed (the ALU pipe, the busier one): 7 ALU operations and
-// 4 dp4a per 8 values. The +12 offset is cancelled by the accumulator's starting value.
-__device__ __forceinline__ int dot8(uint32_t x, uint32_t b_low, uint32_t b_high, int acc, uint32_t positive,
-                                    uint32_t negative) {
-  const uint32_t flipped = x ^ kSignBits;
-  acc = __dp4a(static_cast<int>(prmt(positive, kPositiveHigh, x)), static_cast<int>(b_low), acc);
-  acc = __dp4a(static_cast<int>(prmt(negative, kNegativeHigh, flipped)), static_cast<int>(b_low), acc);
-  acc = __dp4a(static_cast<int>(prmt(positive, kPositiveHigh, x >> 16)), static_cast<int>(b_high), acc);
-  acc = __dp4a(static_cast<int>(prmt(negative, kNegativeHigh, flipped >> 16)), static_cast<int>(b_high), acc);
-  return acc;
-}
-
-// 8 values of the vector -> int8 bytes of 2 * b (values 0-3 in low, 4-7 in high).
-__device__ __forceinline__ void decode_vector_word(uint32_t x, uint32_t positive, uint32_t negative,
-                                                   uint32_t& low, uint32_t& high) {
-  const uint32_t flipped = x ^ kSignBits;
-  const uint32_t offset_low = prmt(positive, kPositiveHigh, x) | prmt(negative, kNegativeHigh, flipped);
-  const uint32_t offset_high =
-      prmt(positive, kPositiveHigh, x >> 16) | prmt(negative, kNegativeHigh, flipped >> 16);
-  // Bytes 12 + 2b in [0, 24]: (byte | 0x80) - 12 never borrows from the next byte and leaves
-  // 0x80 + 2b, whose top bit flipped is the int8 2b.
-  low = ((offset_low | 0x80808080u) - 0x0C0C0C0Cu) ^ 0x80808080u;
-  high = ((offset_high | 0x80808080u) - 0x0C0C0C0Cu) ^ 0x80808080u;
-}
-
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t bits) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xFFFF), __NV_E4M3);
-  return __half22float2(__half2(raw));
-}
 
 // A is read once: 16-byte loads that skip L1 (ld.global.nc.L1::no_allocate), predicated rather
 // than branched around. When ``use`` is false the registers keep whatever they held: harmless, since
@@ -255,27 +201,6 @@ __device__ __forceinline__ void accumulate(const Tile<kChunks>& t, const Vector<
   }
 }
 
-// kRows partial sums a lane -> one row total a lane: halving exchanges (lanes with the mask bit
-// set keep the upper half of the rows) then a butterfly; kRows - 1 + 5 - log2(kRows) shuffles.
-// The row of lane L is (L >> (5 - log2(kRows))) & (kRows - 1).
-template <int kRows>
-__device__ __forceinline__ float transpose_reduce(float (&v)[kRows], int lane) {
-#pragma unroll
-  for (int width = kRows, mask = 16; width > 1; width >>= 1, mask >>= 1) {
-    const bool upper = (lane & mask) != 0;
-#pragma unroll
-    for (int i = 0; i < width / 2; ++i) {
-      const float send = upper ? v[i] : v[i + width / 2];
-      const float keep = upper ? v[i + width / 2] : v[i];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-    }
-  }
-  float total = v[0];
-#pragma unroll
-  for (int mask = 16 / kRows; mask >= 1; mask >>= 1) total += __shfl_xor_sync(0xffffffffu, total, mask);
-  return total;
-}
-
 template <int kRows>
 constexpr int log2_rows() {
   return kRows == 4 ? 2 : kRows == 2 ? 1 : 0;
@@ -355,10 +280,6 @@ __device__ __forceinline__ int next_reducer(const Team& team, int reducer) {
 // back only those, so cp.async.wait_group alone orders the copy before the read: no barrier, no
 // mbarrier, nothing that can deadlock. A zero source size writes zeros and reads nothing.
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // 16 bytes of A, past L1 (.cg: A is read once).
 __device__ __forceinline__ void copy_async_16(uint32_t shared, const void* global, uint32_t bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global), "r"(bytes) : "memory");
@@ -429,37 +350,6 @@ __device__ __forceinline__ void read_tile(const uint4* a_stage, const uint16_t* 
 // -- bulk copies (cp.async.bulk and mbarriers, sm_90) -----------------------------------------------
 // One producer lane a row moves whole rows of A and of sfa into a shared-memory stage; the stage's
 // "full" barrier counts the bytes (complete_tx), its "empty" barrier one arrival per decoding warp.
-
-__device__ __forceinline__ void barrier_init(uint32_t barrier, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
-}
-
-// Makes the initialised barriers visible to the copy engine (the async proxy) before any use.
-__device__ __forceinline__ void barrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void barrier_expect_bytes(uint32_t barrier, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(uint32_t barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
-}
-
-// Waits for the completion of the barrier's phase of this parity. A fresh barrier is in phase 0,
-// so waiting for parity 1 returns at once (the producer's first pass over the empty stages).
-__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n"
-      "}\n" ::"r"(barrier),
-      "r"(parity)
-      : "memory");
-}
 
 // A is read once: its lines are the first the L2 may evict.
 __device__ __forceinline__ uint64_t evict_first_policy() {

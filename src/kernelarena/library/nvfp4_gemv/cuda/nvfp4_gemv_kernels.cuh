@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) gemv_kernel(const Params p) {
   const int64_t last = first_item(p, blockIdx.x + 1);
   if (first >= last) return;  // the same for the whole block
 
-  const uint32_t zero = opaque_zero(p);
+  const uint32_t zero = opaque_zero(p.m);
   const uint32_t positive = kPositiveLow + zero;
   const uint32_t negative = kNegativeLow + zero;
 
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) gemv_async_kernel(con
   const int64_t last = first_item(p, blockIdx.x + 1);
   if (first >= last) return;  // the same for the whole block
 
-  const uint32_t zero = opaque_zero(p);
+  const uint32_t zero = opaque_zero(p.m);
   const uint32_t positive = kPositiveLow + zero;
   const uint32_t negative = kNegativeLow + zero;
 
@@ -198,10 +198,10 @@ __global__ void __launch_bounds__(kMaxThreads + 32, kMinBlocks) gemv_bulk_kernel
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(full_at + 8 * s, 1);
-      barrier_init(empty_at + 8 * s, decoders);
+      mbarrier_init(full_at + 8 * s, 1);
+      mbarrier_init(empty_at + 8 * s, decoders);
     }
-    barrier_init_fence();
+    mbarrier_init_fence();
   }
   __syncthreads();
 
@@ -213,11 +213,11 @@ __global__ void __launch_bounds__(kMaxThreads + 32, kMinBlocks) gemv_bulk_kernel
     uint32_t stage = 0, parity = 0;
 #pragma unroll 1
     for (int64_t item = first; item < last; ++item) {
-      barrier_wait(empty_at + 8 * stage, parity ^ 1);
+      mbarrier_wait(empty_at + 8 * stage, parity ^ 1);
       const uint32_t row0 = at.tile * team.rows_per_tile;
       const uint32_t rows = min(team.rows_per_tile, p.m - row0);
       const uint32_t full_barrier = full_at + 8 * stage;
-      if (team.lane == 0) barrier_expect_bytes(full_barrier, rows * (a_bytes + s_bytes));
+      if (team.lane == 0) mbarrier_expect_bytes(full_barrier, rows * (a_bytes + s_bytes));
       __syncwarp();
       const uint8_t* a_rows = p.a + at.batch * p.a_batch + static_cast<uint64_t>(row0) * p.a_row;
       const uint8_t* s_batch = p.sfa + at.batch * p.sfa_layout.batch;
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kMaxThreads + 32, kMinBlocks) gemv_bulk_kernel
     return;
   }
 
-  const uint32_t zero = opaque_zero(p);
+  const uint32_t zero = opaque_zero(p.m);
   const uint32_t positive = kPositiveLow + zero;
   const uint32_t negative = kNegativeLow + zero;
   Lane<kChunks> lane;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kMaxThreads + 32, kMinBlocks) gemv_bulk_kernel
   int reducer = 0;
 #pragma unroll 1
   for (int64_t item = first; item < last; ++item) {
-    barrier_wait(full_at + 8 * stage, parity);
+    mbarrier_wait(full_at + 8 * stage, parity);
     const uint8_t* base = ring_bytes + stage * stage_bytes;
     Tile<kChunks> tile;
 #pragma unroll
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kMaxThreads + 32, kMinBlocks) gemv_bulk_kernel
       }
     }
     __syncwarp();
-    if (team.lane == 0) barrier_arrive(empty_at + 8 * stage);
+    if (team.lane == 0) mbarrier_arrive(empty_at + 8 * stage);
     if (at.batch != vector_batch) {
       vector_batch = at.batch;
       load_vector(p, lane, vector_batch, positive, negative, vector);

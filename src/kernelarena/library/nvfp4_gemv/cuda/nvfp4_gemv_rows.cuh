@@ -12,30 +12,6 @@
 
 namespace nvfp4_gemv {
 
-// Per chunk c of the padded row, in shared memory (arrays of padded_chunks entries, in this order):
-// int8 2b of values 0-15 and of 16-31, the dp4a start and sfb / 4 of both blocks, and the two
-// -magic * sfb / 4. Lane-contiguous, so a warp's 16-byte reads are free of bank conflicts. Then
-// k_slices x rows_cap floats: the slices' partial sums of the block's rows (k_slices > 1 only).
-struct SharedVector {
-  uint4* low;
-  uint4* high;
-  uint4* blocks;
-  uint2* unmagic;
-  float* partial;
-
-  __device__ __forceinline__ SharedVector(uint4* base, uint32_t padded_chunks) {
-    low = base;
-    high = base + padded_chunks;
-    blocks = base + 2 * padded_chunks;
-    unmagic = reinterpret_cast<uint2*>(base + 3 * padded_chunks);
-    partial = reinterpret_cast<float*>(unmagic + padded_chunks);
-  }
-};
-
-constexpr uint32_t rows_shared_bytes(uint32_t padded_chunks, uint32_t slices, uint32_t rows_cap) {
-  return padded_chunks * (3 * 16 + 8) + (slices > 1 ? slices * rows_cap * 4 : 0);
-}
-
 // A chunk of the vector and its scale pair as loaded (zeros past the row).
 struct VectorChunk {
   uint4 raw;
@@ -51,37 +27,15 @@ __device__ __forceinline__ VectorChunk load_vector_chunk(const Params& p, int64_
   return loaded;
 }
 
-__device__ __forceinline__ void store_vector_chunk(const VectorChunk& loaded, uint32_t chunk, uint32_t positive,
-                                                   uint32_t negative, const SharedVector& v) {
-  const uint32_t words[4] = {loaded.raw.x, loaded.raw.y, loaded.raw.z, loaded.raw.w};
-  uint32_t b2[8];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) decode_vector_word(words[w], positive, negative, b2[2 * w], b2[2 * w + 1]);
-  const float2 sfb = e4m3x2_to_float2(loaded.scales);
-  int start[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int sum = 0;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) sum = __dp4a(static_cast<int>(b2[4 * h + w]), 0x01010101, sum);
-    start[h] = kMagicBits - 12 * sum;
-  }
-  const float scale0 = sfb.x * 0.25f, scale1 = sfb.y * 0.25f;
-  v.low[chunk] = make_uint4(b2[0], b2[1], b2[2], b2[3]);
-  v.high[chunk] = make_uint4(b2[4], b2[5], b2[6], b2[7]);
-  v.blocks[chunk] = make_uint4(static_cast<uint32_t>(start[0]), static_cast<uint32_t>(start[1]),
-                               __float_as_uint(scale0), __float_as_uint(scale1));
-  v.unmagic[chunk] = make_uint2(__float_as_uint(-kMagic * scale0), __float_as_uint(-kMagic * scale1));
-}
-
 // The vector of one batch, decoded by the whole block into shared memory; ``first`` is chunk
 // threadIdx.x, loaded by the caller ahead of its other loads.
 __device__ __forceinline__ void decode_vector_to_shared(const Params& p, int64_t batch, uint32_t padded_chunks,
                                                         const VectorChunk& first, uint32_t positive,
                                                         uint32_t negative, const SharedVector& v) {
-  if (threadIdx.x < padded_chunks) store_vector_chunk(first, threadIdx.x, positive, negative, v);
+  if (threadIdx.x < padded_chunks) store_vector_chunk(first.raw, first.scales, threadIdx.x, positive, negative, v);
   for (uint32_t chunk = threadIdx.x + blockDim.x; chunk < padded_chunks; chunk += blockDim.x) {
-    store_vector_chunk(load_vector_chunk(p, batch, chunk), chunk, positive, negative, v);
+    const VectorChunk loaded = load_vector_chunk(p, batch, chunk);
+    store_vector_chunk(loaded.raw, loaded.scales, chunk, positive, negative, v);
   }
 }
 
@@ -118,7 +72,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) gemv_rows_kernel(cons
   const uint32_t padded_chunks = slices * slice_chunks;
   const SharedVector vector(shared, padded_chunks);
 
-  const uint32_t zero = opaque_zero(p);
+  const uint32_t zero = opaque_zero(p.m);
   const uint32_t positive = kPositiveLow + zero;
   const uint32_t negative = kNegativeLow + zero;
 

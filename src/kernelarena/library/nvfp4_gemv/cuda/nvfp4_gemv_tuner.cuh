@@ -176,7 +176,7 @@ bool launch_rows(int variant, const Params& params, int device, cudaStream_t str
   const int64_t l = params.items / params.tiles_per_batch;  // items: tiles_per_batch a batch
   const Params p = rows_split(spec, params, l, device);
   const Kernel kernel = kernel_for<1>(variant);
-  const size_t shared = rows_shared_bytes(uint32_t(p.k_slices) * p.slice_chunks, p.k_slices, p.rows_cap);
+  const size_t shared = shared_vector_bytes(uint32_t(p.k_slices) * p.slice_chunks, p.k_slices, p.rows_cap);
   const int optin = shared_optin(device);
   if (shared > size_t(optin) ||
       resident_blocks(reinterpret_cast<const void*>(kernel), device, kMaxThreads, shared, optin) == 0) {
@@ -246,11 +246,10 @@ int forced_variant() {
 // only read): one warm-up call each, then up to 7 rounds, each candidate once a round after an
 // L2 flush, candidates interleaved so that clock or temperature drift favours none; the median
 // decides. Where A and sfa (``streamed_bytes``) exceed the L2, a sample is a burst of 4
-// back-to-back calls, which still stream from HBM: on an H100 a lone call after a flush ranked the
-// cp.async ring first on 7168x16384x1 and 4096x7168x8, where CUDA graph replays of the library's
-// calls (the benchmark, a model) found the whole-row kernel 6-10% faster, and bursts of 4 agreed
-// with the replays; on 7168x2048x4 (33 MB) the later calls of a burst would find A in the L2, so
-// a sample there is one call (2026-11-23; KERNELARENA_NVFP4_GEMV_TUNE_BURST=1..8 overrides).
+// back-to-back calls, which still stream from HBM: a lone call after a flush ranks the variants
+// unlike CUDA graph replays of the library's calls (the benchmark, a model) do, bursts of 4 like
+// them (docs/kernels/nvfp4_gemv.md). Where they fit in the L2, the later calls of a burst would
+// find A there, so a sample is one call (KERNELARENA_NVFP4_GEMV_TUNE_BURST=1..8 overrides).
 // Rounds fit in ~20 ms; the winner runs last, so ``c`` holds its result. Returns the winner, or -1
 // when nothing could be timed.
 int tune(const std::vector<int>& candidates, const std::function<bool(int)>& launch, int64_t streamed_bytes,

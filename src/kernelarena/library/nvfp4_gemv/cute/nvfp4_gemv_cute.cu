@@ -109,7 +109,7 @@ void run(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView sf
   const int device = a.device().device_id;
   split(p, l, device);
 
-  const size_t shared = shared_bytes(uint32_t(p.slices) * p.slice_chunks, p.slices, p.rows_cap);
+  const size_t shared = shared_vector_bytes(uint32_t(p.slices) * p.slice_chunks, p.slices, p.rows_cap);
   TVM_FFI_ICHECK(cudaFuncSetAttribute(gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(shared)) == cudaSuccess)
       << "nvfp4_gemv (CuTe): " << shared << " bytes of shared memory refused";

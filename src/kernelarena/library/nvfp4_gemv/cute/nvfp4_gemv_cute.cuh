@@ -13,6 +13,8 @@
 //   ones) bytes, dp4a multiplies by 2b and sums exactly in int32; started at magic - 12 sum(2b),
 //   the int32's bits are the float 12582912 + sum(2a 2b), so two FMAs apply sfb / 4 and sfa.
 // - Out: a transposed butterfly (kRows partial sums a lane -> one row a lane).
+// The decode, the shared-memory vector and the butterfly are the CUDA solution's own, from
+// _shared/nvfp4_decode.cuh.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -22,6 +24,8 @@
 #include <cstdint>
 #include <cute/tensor.hpp>
 
+#include "_shared/nvfp4_decode.cuh"
+
 namespace nvfp4_gemv_cute {
 
 using cute::uint128_t;
@@ -30,16 +34,6 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = 4;   // rows a group
 constexpr int kDepth = 2;  // steps in flight (register ring)
-
-// PRMT tables, byte c for codes c = 0-7: 12 + 2 e2m1(c) and 12 - 2 e2m1(c); every byte < 0x80, so
-// the sign-replicate selectors (nibble >= 8) give 0.
-constexpr uint32_t kPositiveLow = 0x0F0E0D0Cu;
-constexpr uint32_t kPositiveHigh = 0x18141210u;
-constexpr uint32_t kNegativeLow = 0x090A0B0Cu;
-constexpr uint32_t kNegativeHigh = 0x00040608u;
-constexpr uint32_t kSignBits = 0x88888888u;
-constexpr int kMagicBits = 0x4B400000;  // 1.5 * 2^23: int32 n added reads as the float 12582912 + n
-constexpr float kMagic = 12582912.0f;
 
 // 16 bytes read once: no L1 allocation. A CuTe copy operation, so copy_if predicates it per row.
 struct StreamingCopy {
@@ -77,60 +71,6 @@ struct Params {
   int32_t slices, slice_chunks, blocks_per_batch, rows_cap;
 };
 
-__device__ __forceinline__ uint32_t prmt(uint32_t low, uint32_t high, uint32_t selector) {
-  uint32_t out;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(low), "r"(high), "r"(selector));
-  return out;
-}
-
-__device__ __forceinline__ int dot8(uint32_t x, uint32_t b_low, uint32_t b_high, int acc, uint32_t positive,
-                                    uint32_t negative) {
-  const uint32_t flipped = x ^ kSignBits;
-  acc = __dp4a(static_cast<int>(prmt(positive, kPositiveHigh, x)), static_cast<int>(b_low), acc);
-  acc = __dp4a(static_cast<int>(prmt(negative, kNegativeHigh, flipped)), static_cast<int>(b_low), acc);
-  acc = __dp4a(static_cast<int>(prmt(positive, kPositiveHigh, x >> 16)), static_cast<int>(b_high), acc);
-  acc = __dp4a(static_cast<int>(prmt(negative, kNegativeHigh, flipped >> 16)), static_cast<int>(b_high), acc);
-  return acc;
-}
-
-// 8 values of the vector -> int8 bytes of 2b (values 0-3 in low, 4-7 in high).
-__device__ __forceinline__ void decode_vector_word(uint32_t x, uint32_t& low, uint32_t& high) {
-  const uint32_t flipped = x ^ kSignBits;
-  const uint32_t offset_low = prmt(kPositiveLow, kPositiveHigh, x) | prmt(kNegativeLow, kNegativeHigh, flipped);
-  const uint32_t offset_high =
-      prmt(kPositiveLow, kPositiveHigh, x >> 16) | prmt(kNegativeLow, kNegativeHigh, flipped >> 16);
-  // Bytes 12 + 2b in [0, 24]: (byte | 0x80) - 12 never borrows; flipping the top bit gives int8 2b.
-  low = ((offset_low | 0x80808080u) - 0x0C0C0C0Cu) ^ 0x80808080u;
-  high = ((offset_high | 0x80808080u) - 0x0C0C0C0Cu) ^ 0x80808080u;
-}
-
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t bits) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xFFFF), __NV_E4M3);
-  return __half22float2(__half2(raw));
-}
-
-// The decoded vector in shared memory, per chunk of the padded row: 2b of values 0-15 and 16-31,
-// (start, start, sfb / 4, sfb / 4) of its two blocks, and the two -magic sfb / 4; then the slices'
-// partial sums of the block's rows.
-struct SharedVector {
-  uint4* low;
-  uint4* high;
-  uint4* blocks;
-  uint2* unmagic;
-  float* partial;
-  __device__ __forceinline__ SharedVector(uint4* base, uint32_t padded) {
-    low = base;
-    high = base + padded;
-    blocks = base + 2 * padded;
-    unmagic = reinterpret_cast<uint2*>(base + 3 * padded);
-    partial = reinterpret_cast<float*>(unmagic + padded);
-  }
-};
-
-inline size_t shared_bytes(uint32_t padded, uint32_t slices, uint32_t rows_cap) {
-  return size_t(padded) * (3 * 16 + 8) + (slices > 1 ? size_t(slices) * rows_cap * 4 : 0);
-}
-
 template <class VectorTensor, class ScaleTensor>
 __device__ __forceinline__ void decode_vector(const VectorTensor& gB, const ScaleTensor& gSB, int chunks,
                                               uint32_t padded, const SharedVector& v) {
@@ -142,44 +82,8 @@ __device__ __forceinline__ void decode_vector(const VectorTensor& gB, const Scal
       raw = *reinterpret_cast<const uint4*>(&loaded);
       scales = gSB(chunk);
     }
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t b2[8];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) decode_vector_word(words[w], b2[2 * w], b2[2 * w + 1]);
-    const float2 sfb = e4m3x2_to_float2(scales);
-    int start[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int sum = 0;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) sum = __dp4a(static_cast<int>(b2[4 * h + w]), 0x01010101, sum);
-      start[h] = kMagicBits - 12 * sum;
-    }
-    const float scale0 = sfb.x * 0.25f, scale1 = sfb.y * 0.25f;
-    v.low[chunk] = make_uint4(b2[0], b2[1], b2[2], b2[3]);
-    v.high[chunk] = make_uint4(b2[4], b2[5], b2[6], b2[7]);
-    v.blocks[chunk] = make_uint4(static_cast<uint32_t>(start[0]), static_cast<uint32_t>(start[1]),
-                                 __float_as_uint(scale0), __float_as_uint(scale1));
-    v.unmagic[chunk] = make_uint2(__float_as_uint(-kMagic * scale0), __float_as_uint(-kMagic * scale1));
+    store_vector_chunk(raw, scales, chunk, kPositiveLow, kNegativeLow, v);
   }
-}
-
-// kRows partial sums a lane -> the total of row (lane >> 3) & 3 (halving exchanges, then a butterfly).
-__device__ __forceinline__ float transpose_reduce(float (&v)[kRows], int lane) {
-#pragma unroll
-  for (int width = kRows, mask = 16; width > 1; width >>= 1, mask >>= 1) {
-    const bool upper = (lane & mask) != 0;
-#pragma unroll
-    for (int i = 0; i < width / 2; ++i) {
-      const float send = upper ? v[i] : v[i + width / 2];
-      const float keep = upper ? v[i + width / 2] : v[i];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-    }
-  }
-  float total = v[0];
-#pragma unroll
-  for (int mask = 16 / kRows; mask >= 1; mask >>= 1) total += __shfl_xor_sync(0xffffffffu, total, mask);
-  return total;
 }
 
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
@@ -189,9 +93,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   const uint32_t padded = slices * slice_chunks;
   const SharedVector vector(shared, padded);
 
-  // Always 0 ((threadIdx + 1) * m < 2^39), but ptxas cannot tell: the PRMT tables' low words stay
-  // in two registers instead of being rematerialised before every PRMT.
-  const uint32_t zero = static_cast<uint32_t>((uint64_t(threadIdx.x + 1) * uint32_t(p.m)) >> 50);
+  const uint32_t zero = opaque_zero(static_cast<uint32_t>(p.m));
   const uint32_t positive = kPositiveLow + zero, negative = kNegativeLow + zero;
 
   const uint32_t blocks_per_batch = static_cast<uint32_t>(p.blocks_per_batch);
@@ -275,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
       acc[r] = fmaf(fmaf(__int_as_float(second), __uint_as_float(blocks.w), __uint_as_float(unmagic.y)), sfa.y, acc[r]);
     }
     if (++step == steps) {  // the group is summed: one row a lane, written by its first lane
-      const float total = transpose_reduce(acc, static_cast<int>(lane));
+      const float total = transpose_reduce<kRows>(acc, static_cast<int>(lane));
       const uint32_t row = group * kRows + ((lane >> 3) & (kRows - 1));
       if ((lane & 7) == 0 && row < static_cast<uint32_t>(p.m)) {
         if (slices == 1) {

@@ -21,21 +21,14 @@ Design (the operator is purely memory-bound: m*k/2 + m*k/16 bytes per call):
   over k 64 blocks (1024 values, 512 bytes a row) at a time; the vector's words are decoded each
   step and shared by the step's BLOCK_M rows; the block products accumulate in a [BLOCK_M, 64]
   float32 tile (no cross-thread reduction inside the k loop), summed over k at the end.
-- Why it sat at 37-57% of the copy bandwidth (H200, 2026-11-22): it is issue-bound, not
-  latency-bound (16 warps an SM x 2 steps x 64 bytes = 64 KB of A in flight an SM is enough):
-  the k loop took ~3.8 SASS instructions a value (the A side alone ~1.4: PRMT, xor, shifts,
-  dp4a; the vector's decode, done by every thread for its 2 columns every step, most of the rest),
-  i.e. ~14 us of issue on 7168x16384x1 against a 15.6 us speed of light. Changes:
-  - k_blocks is now specialized (divisible by 16 at the benchmark shapes): the masks are then
-    known uniform over word pairs, A loads become 16 bytes and the loop 3.5 instructions a value;
-  - triton.autotune per (m, k, l) over three configs (below): 32-row steps share each vector
-    decode between twice the rows (2.9 instructions a value, 255 registers, 2 programs an SM),
-    each timed on the first call's inputs with the L2 flushed; calls under 2^24 values take the
-    first config (each config is a compile). Expected: ~1.2x on the long shapes. The interpreter
-    runs only the first.
-  A kernel that decodes the vector once per program and steps over whole rows (k <= 16384) was
-  tried in SASS: 2.9 instructions a value at k = 16384 but 4.1 at k = 2048 (a cross-thread row
-  sum every step) and ~3 programs an SM at 163 registers; not kept.
+- It is issue-bound, not latency-bound (16 warps an SM x 2 steps x 64 bytes = 64 KB of A in
+  flight an SM is enough): the k loop's SASS instructions a value are what set its speed. Hence
+  k_blocks is specialized (divisible by 16 at the benchmark shapes: the masks are uniform over word
+  pairs, A loads are 16 bytes) and the launch config is autotuned per (m, k, l) over three configs
+  (below), of which 32-row steps share each vector decode between twice the rows; each is timed on
+  the first call's inputs with the L2 flushed; calls under 2^24 values take the first config (each
+  config is a compile). The interpreter runs only the first. Measurements and what was tried:
+  docs/kernels/nvfp4_gemv.md.
 """
 
 import os
