@@ -220,6 +220,31 @@ case "$stage" in
         tests/test_fib_tilelang.py > "$OUT/lang-fib-tests.txt" 2>&1; tail -20 "$OUT/lang-fib-tests.txt"
     fi
     ;;
+  remeasure)  # re-measure the library solutions whose traces are stale. PARTS: run (a performance
+              # run of DEFS, every definition by default, that skips each job whose shipped trace is
+              # current: --resume over a dataset seeded with them; again to go on), ship (into this
+              # copy's library/traces, for the tests), tests (GPU tests of TEST_PATHS)
+    parts=${PARTS:-run ship tests}
+    if [[ $parts == *run* ]]; then
+      if [ ! -d "$KERNELARENA_DATASET/traces" ]; then
+        mkdir -p "$KERNELARENA_DATASET/traces" && cp -r src/kernelarena/library/traces/. "$KERNELARENA_DATASET/traces/"
+      fi
+      log "performance run, resumed: ${DEFS:-every definition}"
+      timeout ${RUN_TIMEOUT:-540} python3 -m kernelarena.cli run ${DEFS:-} --suite performance --device cuda:0 \
+        --allow-failures --trials 2 --resume > "$OUT/remeasure.txt" 2>&1; tail -4 "$OUT/remeasure.txt"
+      grep -E "FAILED|INCORRECT|RUNTIME_ERROR|TIMEOUT|COMPILE_ERROR" "$OUT/remeasure.txt" | head -20
+      tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" traces
+    fi
+    if [[ $parts == *ship* ]]; then
+      log "ship"; python3 scripts/ship_traces.py "$KERNELARENA_DATASET" | tail -3
+    fi
+    if [[ $parts == *tests* ]]; then
+      log "gpu tests: ${TEST_PATHS:-tests/library tests/dispatch tests/evaluate}"
+      timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -q -m gpu -n ${TESTS_WORKERS:-4} --timeout 400 -p no:cacheprovider -rf \
+        ${TEST_PATHS:-tests/library tests/dispatch tests/evaluate} > "$OUT/gpu-tests.txt" 2>&1
+      grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests.txt" | tail -25
+    fi
+    ;;
   judge-cost)  # issues 36 and 40: the engine's cost per job. COST_PARTS: fib (bench_vs_flashinfer_bench,
                # .whl-fib carried) and variants (VARIANTS="name=VAR=value,..."; "old*" runs .old-src), each
                # variant's wall time and, in code that has it, its stage table

@@ -45,10 +45,8 @@ AWAITING_REMEASURE = (
     | {
         f"attention_{kind}_{suffix}_{language}"
         for kind, language in (
-            ("prefill", "flashinfer"),
             ("prefill", "sdpa_efficient"),
             ("prefill", "cuda"),
-            ("decode", "flashinfer"),
             ("decode", "triton"),
         )
         for suffix in ("fp16", "bf16")
