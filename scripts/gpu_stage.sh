@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 # FlashInfer's wheel and prebuilt Hopper modules where scripts/flashinfer_wheels.sh put them
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/*.whl $(ls .whl-flashinfer/*.whl 2>/dev/null) || exit 1
+  .whl/*.whl $(ls .whl-flashinfer/*.whl .whl-cute/*.whl 2>/dev/null) || exit 1
 if [ -d .fi-aot ] && [ -d /tmp/site/flashinfer ]; then
   mkdir -p /tmp/site/flashinfer/data/aot && cp -r .fi-aot/* /tmp/site/flashinfer/data/aot/
 fi
@@ -233,10 +233,25 @@ case "$stage" in
       timeout ${RUN_TIMEOUT:-540} python3 -m kernelarena.cli run ${DEFS:-} --suite performance --device cuda:0 \
         --allow-failures --trials 2 --resume > "$OUT/remeasure.txt" 2>&1; tail -4 "$OUT/remeasure.txt"
       grep -E "FAILED|INCORRECT|RUNTIME_ERROR|TIMEOUT|COMPILE_ERROR" "$OUT/remeasure.txt" | head -20
-      tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" traces
+      # Only what this run wrote comes back: the seeded lines are shipped already, and shipping
+      # them again would put back any the other GPU's run has replaced since.
+      python3 - "$KERNELARENA_DATASET/traces" src/kernelarena/library/traces /tmp/remeasured/traces <<'EOF'
+import sys
+from pathlib import Path
+written, seeded, out = map(Path, sys.argv[1:])
+for source in written.rglob("*.jsonl"):
+    seed = seeded / source.relative_to(written)
+    old = set(seed.read_text().splitlines()) if seed.exists() else set()
+    new = [line for line in source.read_text().splitlines() if line.strip() and line not in old]
+    if new:
+        target = out / source.relative_to(written)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("".join(line + "\n" for line in new))
+EOF
+      tar czf "$OUT/traces.tgz" -C /tmp/remeasured traces
     fi
     if [[ $parts == *ship* ]]; then
-      log "ship"; python3 scripts/ship_traces.py "$KERNELARENA_DATASET" | tail -3
+      log "ship"; python3 scripts/ship_traces.py /tmp/remeasured | tail -3
     fi
     if [[ $parts == *tests* ]]; then
       log "gpu tests: ${TEST_PATHS:-tests/library tests/dispatch tests/evaluate}"
