@@ -69,19 +69,14 @@ def compare(
     good = (within & finite) | (nan_a & nan_e) | (inf_e & (a == e))
     meaningful = finite & (e_abs > max(tolerance.atol, 1e-30))
     relative = torch.where(meaningful, difference / e_abs.clamp_min(1e-30), 0.0)
-    # Every scalar in one tensor, brought to the host once: each float() or bool() of a GPU tensor
-    # waits for the GPU, and there were five or six such waits per output.
-    scalars = [
+    max_abs, max_rel, any_positional, any_spurious, good_count, atol_used = _on_host(
         difference.max(),
         relative.max(),
         positional.any(),
         (spurious_inf | (nan_a & ~nan_e)).any(),  # an infinity or NaN the reference lacks
         good.sum(),
         torch.as_tensor(atol, dtype=torch.float64, device=e.device),
-    ]
-    max_abs, max_rel, any_positional, any_spurious, good_count, atol_used = torch.stack(
-        [value.to(torch.float64) for value in scalars]
-    ).tolist()
+    )
     if any_positional:
         max_abs = float("inf") if any_spurious else max_abs
     count = total - int(good_count)
@@ -102,6 +97,12 @@ def compare(
     )
     _first_mismatches(result, ~good, a, e)
     return result
+
+
+def _on_host(*scalars: torch.Tensor) -> list[float]:
+    """Device scalars as floats, brought to the host at once: each float() or bool() of a GPU
+    tensor waits for the GPU, and there were five or six such waits per output."""
+    return torch.stack([value.to(torch.float64) for value in scalars]).tolist()
 
 
 # The dtypes ``all_within`` takes, each compared in float32, where its values and their difference

@@ -67,16 +67,7 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     on_gpu = sets.device.type == "cuda"
     timed = sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2)])
     options = asdict(job.options)
-    graph = probe_failed = False
-    if on_gpu:
-        # Until the probe answers: a process can die inside a capture (a host synchronization
-        # whose error the solution turns into an exit), and then no answer says so.
-        sets.capture_failed = options["allow_graph"]
-        reply = sets.sandbox.request("probe", [s.id for s in timed], options)
-        expect_success(reply)
-        graph = reply.get("graph") is True
-        probe_failed = reply.get("capture_failed") is True
-        sets.capture_failed = probe_failed
+    graph, probe_failed = _probe(sets, timed, options) if on_gpu else (False, False)
     if graph:
         count = sets_filling_l2(timed[0].bytes, sets.device)
         timed += sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2, count)])
@@ -126,6 +117,18 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
             "includes compilation (dispatch ignores it)"
         )
     return performance, "\n".join(n for n in notes if n)
+
+
+def _probe(sets: SetMaker, timed: list[SharedSet], options: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the sandbox will time a CUDA graph, and whether a capture failed on the way."""
+    # Until the probe answers: a process can die inside a capture (a host synchronization whose
+    # error the solution turns into an exit), and then no answer says so.
+    sets.capture_failed = options["allow_graph"]
+    reply = sets.sandbox.request("probe", [s.id for s in timed], options)
+    expect_success(reply)
+    probe_failed = reply.get("capture_failed") is True
+    sets.capture_failed = probe_failed
+    return reply.get("graph") is True, probe_failed
 
 
 def _costs(job: Job) -> tuple[float | None, float | None]:
