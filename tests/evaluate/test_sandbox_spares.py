@@ -4,6 +4,7 @@ forked when needed (``zygote``): these tests start them as programs, as a GPU do
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,11 @@ def test_a_starting_spare_is_stopped_while_the_judge_times_and_resumed_after(
             with sandboxes.spares_stopped():  # nested: only the outermost resumes
                 pass
             processes = [starting.pid, *descendants(starting.pid)]  # none starts while stopped
-            assert {_state(pid) for pid in processes} <= {"T", "Z"}  # Z: one that had exited
+            # Stopped once the kernel schedules them (spares_stopped waits 0.1 s at most for it).
+            deadline = time.monotonic() + 10
+            while not {_state(pid) for pid in processes} <= {"T", "Z"}:  # Z: one that had exited
+                assert time.monotonic() < deadline, {pid: _state(pid) for pid in processes}
+                time.sleep(0.01)
         assert "T" not in {_state(pid) for pid in processes if Path(f"/proc/{pid}").exists()}
         chosen = sandboxes.for_solution("a solution")  # started once resumed
         assert chosen is starting and chosen._ready and chosen.key == "a solution"

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -154,10 +155,16 @@ class Sandbox:
 
     def pause(self) -> None:
         """Stop it (and what it started) while the judge times the reference: a thread left
-        running there could otherwise slow the reference and inflate the solution's speedup."""
-        for pid in [self.pid, *descendants(self.pid)]:
+        running there could otherwise slow the reference and inflate the solution's speedup.
+        Returns once they have stopped (a signal is delivered when the kernel next schedules the
+        process: on a loaded host, after the caller has moved on), or after 0.1 s."""
+        pids = [self.pid, *descendants(self.pid)]
+        for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 0.1
+        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.0005)
 
     def resume(self) -> None:
         for pid in [self.pid, *descendants(self.pid)]:
@@ -313,6 +320,15 @@ class Sandboxes:
             spare.retire()
         self.spares = []
         self._drop_zygote()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is neither stopped nor a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("T", "t", "Z", "X")
 
 
 def _zygote_wanted() -> bool:
