@@ -58,8 +58,16 @@ CPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
     "caches_on_sampled_key": (Status.INCORRECT_NUMERICAL, True, "reuses results across calls"),
     "returns_lazy_tensor": (Status.INCORRECT_SHAPE, False, "not a plain tensor"),
 }
-GPU_ATTACKS: dict[str, tuple[Status, bool, str]] = {
+GPU_ATTACKS: dict[str, tuple[Status | frozenset[Status], bool, str]] = {
     **CPU_ATTACKS,
+    # A thread writes the right answer 50 ms after the call returns. On a GPU two checks race for
+    # it: the write lands between the stream-order check's two looks (the device synchronized
+    # in between, which a loaded host can stretch past 50 ms) or after both, into poison.
+    "writes_late": (
+        frozenset({Status.INCORRECT_NUMERICAL, Status.RUNTIME_ERROR}),
+        True,
+        "",
+    ),
     # Outputs written on a stream the caller's never waits for: a caller reads them unfinished.
     "side_stream": (Status.RUNTIME_ERROR, True, "still being written after the call returned"),
     "side_stream_value": (
@@ -84,7 +92,10 @@ def _digest(path: Path) -> str:
 
 
 def _run(
-    cases: dict[str, tuple[Status, bool, str]], devices: str, root: Path, size: int
+    cases: dict[str, tuple[Status | frozenset[Status], bool, str]],
+    devices: str,
+    root: Path,
+    size: int,
 ) -> dict[str, Trace]:
     benchmark = Benchmark(
         trace_set(cases, root=root, sizes=(size,), folders=(ADVERSARIES, FIXTURES)),
@@ -97,7 +108,7 @@ def _run(
 
 def _attack(
     devices: str,
-    cases: dict[str, tuple[Status, bool, str]],
+    cases: dict[str, tuple[Status | frozenset[Status], bool, str]],
     tmp_path: Path,
     size: int,
     retimed: dict[str, tuple[Status, bool, str]] | None = None,
@@ -122,7 +133,8 @@ def _attack(
         evaluation = by_solution[f"vector_scale_{stem}"].evaluation
         assert evaluation is not None
         assert evaluation.status is not Status.PASSED, f"{stem} PASSED:\n{evaluation.log}"
-        assert evaluation.status is status, f"{stem}: {evaluation.status}:\n{evaluation.log}"
+        allowed = status if isinstance(status, frozenset) else {status}
+        assert evaluation.status in allowed, f"{stem}: {evaluation.status}:\n{evaluation.log}"
         phrases = phrase.split("|")
         assert any(p in evaluation.log for p in phrases), (
             f"{stem}: log lacks {phrase!r}:\n{evaluation.log}"
