@@ -2,6 +2,7 @@
 
     # on the GPU machine: scripts/gpu_stage.sh library (or the same run by hand):
     kernelarena run --suite performance --device cuda:0 --allow-failures --trials 2
+    # or only the stale jobs (solutions whose sources changed): scripts/gpu_stage.sh remeasure
     # here, with that dataset folder unpacked (the stage packs it as traces.tgz):
     python scripts/ship_traces.py /tmp/ka-dataset
     pytest tests/library/test_shipped_traces.py       # every shipped trace is current
