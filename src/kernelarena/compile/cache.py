@@ -64,9 +64,9 @@ LIBRARY_NAMESPACE = "library"
 
 @functools.cache
 def library_solution_hashes() -> frozenset[str]:
-    from kernelarena.library import load_library
+    from kernelarena.library import library_solutions
 
-    return frozenset(s.content_hash() for s in load_library().solutions.values())
+    return frozenset(s.content_hash() for s in library_solutions().values())
 
 
 def namespace_of(solution: Solution) -> str:

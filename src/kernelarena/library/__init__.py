@@ -7,7 +7,7 @@ import pkgutil
 from functools import lru_cache
 from pathlib import Path
 
-from kernelarena.data import Problem, TraceSet
+from kernelarena.data import Problem, Solution, TraceSet
 from kernelarena.library._spec import OperatorSpec
 
 LIBRARY_FOLDER = Path(__file__).parent
@@ -38,7 +38,8 @@ def operator_specs(problems: list[Problem] | None = None) -> list[OperatorSpec]:
 
 
 @lru_cache(maxsize=1)
-def _library() -> TraceSet:
+def _operators() -> TraceSet:
+    """The library's definitions, solutions and workloads, without its shipped traces."""
     trace_set = TraceSet(root=None)
     for spec in operator_specs(trace_set.problems):
         try:
@@ -47,11 +48,24 @@ def _library() -> TraceSet:
             trace_set.problems.append(
                 Problem(f"library/{spec.folder.name}", "", f"{type(error).__name__}: {error}")
             )
+    return trace_set
+
+
+@lru_cache(maxsize=1)
+def _library() -> TraceSet:
+    trace_set = TraceSet(root=None)
+    trace_set.merge(_operators())
     if SHIPPED_TRACES.is_dir():
         for path in sorted(SHIPPED_TRACES.rglob("*.jsonl")):
             for _, trace in trace_set._read_jsonl(path, SHIPPED_TRACES):
                 trace_set.traces.setdefault(trace.definition, []).append(trace)
     return trace_set
+
+
+def library_solutions() -> dict[str, Solution]:
+    """The library's solutions by name, without reading its shipped traces (a judge needs them to
+    tell the library's code from a user's, before its first job)."""
+    return dict(_operators().solutions)
 
 
 def _add_operator(trace_set: TraceSet, spec: OperatorSpec) -> None:
