@@ -239,8 +239,12 @@ def _still_poisoned(sets: SetMaker, timed: list[SharedSet]) -> set[int]:
 
 
 def _check_set(sets: SetMaker, shared: SharedSet, late: bool, graph: bool) -> None:
-    expected = sets.expected(shared)
-    comparisons = sets.compare_all(sets.produced(shared), expected, shared)
+    # Right by the cheap float32 check (``SetMaker.all_right``), else compared in full.
+    comparisons = (
+        []
+        if sets.all_right([shared])
+        else sets.compare_all(sets.produced(shared), sets.expected(shared), shared)
+    )
     failed = [c for c in comparisons if not c.ok]
     if graph and failed:
         what = "left outputs unwritten" if late else "gave outputs that do not match the reference"
