@@ -168,3 +168,26 @@ def test_a_solution_more_accurate_than_the_reference_passes(tmp_path: Path) -> N
     assert accurate is not None and accurate.status is Status.PASSED, accurate
     wrong = found["row_sum_fp16_drops_a_column"]
     assert wrong is not None and wrong.status is Status.INCORRECT_NUMERICAL, wrong
+
+
+def test_inputs_too_large_for_the_float64_run_are_never_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The float64 run is skipped above ``PRECISE_BYTES_LIMIT`` of upcast inputs, counted before
+    any copy is made: a copy made first (a 16 GiB float64 KV cache) ran the reference's sandbox
+    out of memory, and the job was skipped instead of judged without the ratio."""
+    import torch
+
+    from kernelarena.evaluate.sandbox import error_ratio
+
+    class Tripwire(torch.Tensor):
+        def to(self, *args: object, **kwargs: object) -> torch.Tensor:  # type: ignore[override]
+            raise AssertionError("an input was upcast although the run is skipped")
+
+    definition = NORMALIZE
+    x = torch.randn(4, 8).as_subclass(Tripwire)
+    monkeypatch.setattr(error_ratio, "PRECISE_BYTES_LIMIT", 8 * 32 - 1)
+    assert error_ratio.precise_inputs(definition, {"x": x}) is None
+    monkeypatch.setattr(error_ratio, "PRECISE_BYTES_LIMIT", 8 * 32)
+    upcast = error_ratio.precise_inputs(definition, {"x": torch.randn(4, 8)})
+    assert upcast is not None and upcast["x"].dtype == torch.float64

@@ -65,15 +65,19 @@ class ErrorRatio:
 def precise_inputs(definition: Definition, inputs: dict[str, Value]) -> dict[str, Value] | None:
     """The inputs with every floating-point tensor (FP8 and FP4 codes aside) in float64; None
     when that would take more than ``PRECISE_BYTES_LIMIT``."""
-    upcast: dict[str, Value] = {}
-    total = 0
-    for name, value in inputs.items():
-        low_precision = definition.inputs[name].dtype.is_low_precision_float
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and not low_precision:
-            total += value.numel() * 8
-            value = value.to(torch.float64)
-        upcast[name] = value
-    return upcast if total <= PRECISE_BYTES_LIMIT else None
+    floats = {
+        name: value
+        for name, value in inputs.items()
+        if isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+        and not definition.inputs[name].dtype.is_low_precision_float
+    }
+    # Counted before any copy is made: at batch 64 x 32k keys a float64 KV cache is 32 GiB, and
+    # making its first half ran the reference's sandbox out of memory, the job skipped with it.
+    if sum(tensor.numel() * 8 for tensor in floats.values()) > PRECISE_BYTES_LIMIT:
+        return None
+    upcast = {name: tensor.to(torch.float64) for name, tensor in floats.items()}
+    return {name: upcast.get(name, value) for name, value in inputs.items()}
 
 
 def ratios(
