@@ -19,7 +19,6 @@ import argparse
 import concurrent.futures
 import datetime
 import functools
-import importlib.util
 import itertools
 import json
 import os
@@ -254,13 +253,13 @@ def phase_check():
 
 
 def _load_peer(name):
-    import kernelarena.library.attention_prefill as package
+    """The peer built as the library builds it (its ``_shared`` helpers need the package layout),
+    its module's names as attributes."""
+    from types import SimpleNamespace
 
-    path = Path(package.__file__).parent / "torch" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"probe_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from kernelarena.testing import build
+
+    return SimpleNamespace(**build("attention_prefill_bf16", name, "cuda").fn.__globals__)
 
 
 def time_shape(label, suffix, shape, causal, cudnn):

@@ -77,6 +77,16 @@ DECODE_TIMINGS = [
 ]
 
 
+def peer_module(definition: str, suffix: str):
+    """A library peer built as the library builds it (its ``_shared`` helpers need the package
+    layout), its module's names as attributes."""
+    from types import SimpleNamespace
+
+    from kernelarena.testing import build
+
+    return SimpleNamespace(**build(definition, suffix, "cuda").fn.__globals__)
+
+
 def load_file(relative: str, name: str):
     spec = importlib.util.spec_from_file_location(name, LIBRARY / relative)
     module = importlib.util.module_from_spec(spec)
@@ -286,8 +296,8 @@ def time_prefill(records, head_dims):
     from kernelarena.testing import build
 
     ours = load_file(PEERS["attention_prefill"], "probe_fi_prefill")
-    cudnn = load_file("attention_prefill/torch/sdpa_cudnn.py", "probe_cudnn")
-    flash = load_file("attention_prefill/torch/sdpa_flash.py", "probe_flash")
+    cudnn = peer_module("attention_prefill_bf16", "sdpa_cudnn")
+    flash = peer_module("attention_prefill_bf16", "sdpa_flash")
     triton_run, triton_error = None, None
     try:
         triton_run = build("attention_prefill_bf16", "triton", "cuda")
@@ -395,7 +405,7 @@ def time_decode(records, tensor_cores):
 
     ours = load_file(PEERS["attention_decode"], "probe_fi_decode")
     efficient = load_file("attention_decode/torch/sdpa_efficient.py", "probe_efficient")
-    cudnn = load_file("attention_prefill/torch/sdpa_cudnn.py", "probe_cudnn_decode")
+    cudnn = peer_module("attention_prefill_bf16", "sdpa_cudnn")
     triton_run, triton_error = None, None
     if not tensor_cores:
         try:

@@ -96,3 +96,28 @@ def test_an_exported_solution_with_shared_files_runs_in_flashinfer_bench(
     runnable(x, weight, 1e-6, out)  # destination-passing style: out is written
     expected = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * weight
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_sdpa_peers_pass_grouped_heads_and_expand_them_where_a_backend_refuses() -> None:
+    """``sdpa_heads.with_grouped_heads``: K/V as they are while the backend takes them; repeated
+    to the queries' heads, from then on, once it refuses; ``run_into``: the empty cases."""
+    from kernelarena.library._shared import sdpa_heads
+
+    seen: list[int] = []
+
+    def refuses_grouped(q: Any, k: Any, v: Any, scale: float) -> tuple[Any, Any]:
+        seen.append(k.shape[1])
+        if k.shape[1] != q.shape[1]:
+            raise RuntimeError("grouped heads not supported")
+        return q * scale, q[..., 0]
+
+    q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
+    out, _ = sdpa_heads.with_grouped_heads(refuses_grouped, q, k, k, 0.5)
+    assert torch.equal(out, q * 0.5) and seen == [2, 4]
+    sdpa_heads.with_grouped_heads(refuses_grouped, q, k, k, 0.5)
+    assert seen == [2, 4, 4]  # the refusal is remembered
+
+    o, lse = torch.full((1, 4, 3, 8), 7.0), torch.full((1, 4, 3), 7.0)
+    sdpa_heads.run_into(None, q, k[:, :, :0], k[:, :, :0], 1.0, False, o, lse)
+    assert torch.equal(o, torch.zeros_like(o)) and bool((lse == float("-inf")).all())
+    sdpa_heads.run_into(None, q[:0], k, k, 1.0, False, o[:0], lse[:0])  # no query: nothing

@@ -125,12 +125,14 @@ OPERATOR = OperatorSpec(
             "sdpa_flash",
             "python",
             "torch/sdpa_flash.py::run",
+            shared=("sdpa_heads.py",),
             description="torch SDPA, FlashAttention-2 backend (aten op with the lse).",
         ),
         SolutionSpec(
             "sdpa_cudnn",
             "python",
             "torch/sdpa_cudnn.py::run",
+            shared=("sdpa_heads.py",),
             description="torch SDPA, cuDNN backend (aten op with the lse).",
         ),
         SolutionSpec(

@@ -109,6 +109,22 @@ def _check(q, k_cache, v_cache) -> None:
         )
 
 
+def _host_lengths(entry, seq_lens, plan_shape: tuple) -> list[int]:
+    """The sequence lengths on the host, where plan() needs them. No device-to-host copy can be
+    captured in a CUDA graph: there the graph replays the plan of the last call made outside it
+    (``entry``'s, for the same ``plan_shape``: max_seq, page, step, sm_scale), as an engine plans a
+    step before replaying that step's graph."""
+    if not torch.cuda.is_current_stream_capturing():
+        return seq_lens.tolist()
+    planned = entry[1]
+    if planned is None or planned[1:] != plan_shape:
+        raise RuntimeError(
+            "flashinfer_decode: inside CUDA graph capture, the plan of an earlier call on "
+            "the same cache and sm_scale is replayed; make one call outside the capture first"
+        )
+    return list(planned[0])
+
+
 def run(q, k_cache, v_cache, seq_lens, sm_scale, o, lse):
     batch, q_heads, head_dim = q.shape
     kv_heads, max_seq = k_cache.shape[1], k_cache.shape[2]
@@ -126,18 +142,7 @@ def run(q, k_cache, v_cache, seq_lens, sm_scale, o, lse):
     key = (q.device, q.dtype, q_heads, kv_heads, head_dim, _TENSOR_CORES, _BACKEND)
     entry = _wrapper(key, q.device)
     wrapper = entry[0]
-    if torch.cuda.is_current_stream_capturing():
-        # No device-to-host copy can be captured: the graph replays the plan of the last call
-        # made outside it, as an engine plans a step before replaying that step's graph.
-        planned = entry[1]
-        if planned is None or planned[1:] != (max_seq, page, step, float(sm_scale)):
-            raise RuntimeError(
-                "flashinfer_decode: inside CUDA graph capture, the plan of an earlier call on "
-                "the same cache and sm_scale is replayed; make one call outside the capture first"
-            )
-        lengths = list(planned[0])
-    else:
-        lengths = seq_lens.tolist()  # plan() needs them on the host
+    lengths = _host_lengths(entry, seq_lens, (max_seq, page, step, float(sm_scale)))
     if not any(lengths):
         o.zero_()
         lse.fill_(-math.inf)

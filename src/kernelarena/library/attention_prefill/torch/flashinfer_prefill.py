@@ -91,58 +91,49 @@ def run(q, k, v, sm_scale, causal, o, lse):
     if hidden:  # queries that see no key; FlashInfer gets the last seq_kv queries only
         o[:, :, :hidden].zero_()
         lse[:, :, :hidden].fill_(-math.inf)
-    rows = seq_q - hidden
+    lse_log2 = torch.empty(batch, seq_q - hidden, q_heads, dtype=torch.float32, device=q.device)
     key = (q.device, q.dtype, head_dim)
-    lse_log2 = torch.empty(batch, rows, q_heads, dtype=torch.float32, device=q.device)
-    if key not in _PUBLIC_ONLY:
-        from flashinfer.utils import MaskMode, TensorLayout
+    if key in _PUBLIC_ONLY or not _run_module(q, k, v, o, lse_log2, hidden, causal, sm_scale):
+        _run_public(q, k, v, o, lse_log2, hidden, causal, sm_scale)
+    torch.mul(lse_log2.transpose(1, 2), _LN2, out=lse[:, :, hidden:])
 
-        backend, module, scratch = _module(q.device, q.dtype, head_dim)
-        mask = (MaskMode.CAUSAL if causal else MaskMode.NON_CAUSAL).value
-        layout = TensorLayout["NHD"].value
-        for b in range(batch):
-            qb = q[b, :, hidden:].transpose(0, 1)
-            ob = o[b, :, hidden:].transpose(0, 1)
-            out = (
-                ob
-                if backend == "fa3"
-                else torch.empty_like(qb, memory_format=torch.contiguous_format)
-            )
-            try:
-                # (q, k, v, tmp, o, lse, mask_mode, layout, window_left, packed_custom_mask,
-                #  alibi_slopes, logits_soft_cap, sm_scale, scale_q, scale_k, scale_v,
-                #  rope_scale, rope_theta): FlashInfer 0.5 to 0.6
-                module.run(
-                    qb,
-                    k[b].transpose(0, 1),
-                    v[b].transpose(0, 1),
-                    scratch,
-                    out,
-                    lse_log2[b],
-                    mask,
-                    layout,
-                    -1,
-                    None,
-                    None,
-                    0.0,
-                    sm_scale,
-                    None,
-                    None,
-                    None,
-                    1.0,
-                    1e4,
-                )
-            except TypeError:
-                if b:
-                    raise
-                _PUBLIC_ONLY.add(key)
-                break
-            if out is not ob:
-                ob.copy_(out)
-        else:
-            torch.mul(lse_log2.transpose(1, 2), _LN2, out=lse[:, :, hidden:])
-            return
+
+def _run_module(q, k, v, o, lse_log2, hidden, causal, sm_scale) -> bool:
+    """Each sequence through the kept module, queries from ``hidden`` on; False where this
+    FlashInfer's module signature differs (remembered in _PUBLIC_ONLY): nothing was written."""
+    batch, _, _, head_dim = q.shape
+    from flashinfer.utils import MaskMode, TensorLayout
+
+    backend, module, scratch = _module(q.device, q.dtype, head_dim)
+    mask = (MaskMode.CAUSAL if causal else MaskMode.NON_CAUSAL).value
+    layout = TensorLayout["NHD"].value
     for b in range(batch):
+        qb = q[b, :, hidden:].transpose(0, 1)
+        ob = o[b, :, hidden:].transpose(0, 1)
+        out = (
+            ob if backend == "fa3" else torch.empty_like(qb, memory_format=torch.contiguous_format)
+        )
+        try:
+            # (q, k, v, tmp, o, lse, mask_mode, layout, window_left, packed_custom_mask,
+            #  alibi_slopes, logits_soft_cap, sm_scale, scale_q, scale_k, scale_v,
+            #  rope_scale, rope_theta): FlashInfer 0.5 to 0.6
+            module.run(
+                qb, k[b].transpose(0, 1), v[b].transpose(0, 1), scratch, out, lse_log2[b], mask,
+                layout, -1, None, None, 0.0, sm_scale, None, None, None, 1.0, 1e4,
+            )  # fmt: skip
+        except TypeError:
+            if b:
+                raise
+            _PUBLIC_ONLY.add((q.device, q.dtype, head_dim))
+            return False
+        if out is not ob:
+            ob.copy_(out)
+    return True
+
+
+def _run_public(q, k, v, o, lse_log2, hidden, causal, sm_scale) -> None:
+    """Each sequence through the public single_prefill_with_kv_cache, its outputs copied."""
+    for b in range(q.shape[0]):
         out, lse_b = _public(
             q[b, :, hidden:].transpose(0, 1),
             k[b].transpose(0, 1),
@@ -152,4 +143,3 @@ def run(q, k, v, sm_scale, causal, o, lse):
         )
         o[b, :, hidden:].copy_(out.transpose(0, 1))
         lse_log2[b].copy_(lse_b)
-    torch.mul(lse_log2.transpose(1, 2), _LN2, out=lse[:, :, hidden:])

@@ -8,11 +8,9 @@ are passed as they are; should this torch refuse them, K/V are expanded and the 
 remembered.
 """
 
-import math
-
 import torch
 
-_EXPANDS_KV: dict[tuple[int, int], bool] = {}
+from ._shared.sdpa_heads import run_into, with_grouped_heads
 
 
 def _cudnn(q, k, v, sm_scale, causal):
@@ -28,26 +26,8 @@ def attention(q, k, v, sm_scale, causal):
         raise NotImplementedError(
             "sdpa_cudnn: torch's cuDNN causal mask is top-left; needs seq_q == seq_kv"
         )
-    heads = (q.shape[1], k.shape[1])
-    if heads[0] != heads[1] and not _EXPANDS_KV.get(heads):
-        try:
-            return _cudnn(q, k, v, sm_scale, causal)
-        except RuntimeError:
-            _EXPANDS_KV[heads] = True
-    if heads[0] != heads[1]:
-        k = k.repeat_interleave(heads[0] // heads[1], dim=1)
-        v = v.repeat_interleave(heads[0] // heads[1], dim=1)
-    return _cudnn(q, k, v, sm_scale, causal)
+    return with_grouped_heads(_cudnn, q, k, v, sm_scale, causal)
 
 
 def run(q, k, v, sm_scale, causal, o, lse):
-    batch, q_heads, seq_q, _ = q.shape
-    if batch == 0 or q_heads == 0 or seq_q == 0:
-        return
-    if k.shape[2] == 0:
-        o.zero_()
-        lse.fill_(-math.inf)
-        return
-    out, logsumexp = attention(q, k, v, sm_scale, causal)
-    o.copy_(out)
-    lse.copy_(logsumexp)
+    run_into(attention, q, k, v, sm_scale, causal, o, lse)

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-_EXPANDS_KV: dict[tuple[int, int], bool] = {}
+from ._shared.sdpa_heads import run_into, with_grouped_heads
 
 
 def _flash(q, k, v, sm_scale, causal):
@@ -23,30 +23,12 @@ def _flash(q, k, v, sm_scale, causal):
 
 def attention(q, k, v, sm_scale, causal):
     """(o, lse) as fresh tensors, the way SDPA produces them (the benchmark times this)."""
-    heads = (q.shape[1], k.shape[1])
-    if heads[0] != heads[1] and not _EXPANDS_KV.get(heads):
-        try:
-            return _flash(q, k, v, sm_scale, causal)
-        except RuntimeError:
-            _EXPANDS_KV[heads] = True
-    if heads[0] != heads[1]:
-        k = k.repeat_interleave(heads[0] // heads[1], dim=1)
-        v = v.repeat_interleave(heads[0] // heads[1], dim=1)
-    return _flash(q, k, v, sm_scale, causal)
+    return with_grouped_heads(_flash, q, k, v, sm_scale, causal)
 
 
 def run(q, k, v, sm_scale, causal, o, lse):
-    batch, q_heads, seq_q, _ = q.shape
-    seq_kv = k.shape[2]
-    if batch == 0 or q_heads == 0 or seq_q == 0:
-        return
-    if seq_kv == 0:
-        o.zero_()
-        lse.fill_(-math.inf)
-        return
-    out, logsumexp = attention(q, k, v, sm_scale, causal)
-    o.copy_(out)
-    lse.copy_(logsumexp)
-    if causal and seq_q > seq_kv:  # the first seq_q - seq_kv queries see no key
+    run_into(attention, q, k, v, sm_scale, causal, o, lse)
+    seq_q, seq_kv = q.shape[2], k.shape[2]
+    if causal and seq_kv and seq_q > seq_kv:  # the first seq_q - seq_kv queries see no key
         o[:, :, : seq_q - seq_kv].zero_()
         lse[:, :, : seq_q - seq_kv].fill_(-math.inf)
