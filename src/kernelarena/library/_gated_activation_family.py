@@ -12,6 +12,7 @@ range that overflows its exponentials, and the words that describe its kernels.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from kernelarena.data import Tolerance
@@ -106,19 +107,10 @@ def operator(
     )
 
 
-def kernels(
-    name: str, symbol: str, triton_description: str, cuda_description: str
-) -> tuple[SolutionSpec, SolutionSpec]:
-    """The Triton (``triton/<name>.py``, CPU too) and CUDA (``cuda/<name>.cu``, sm_90a) kernels,
-    entry ``symbol`` in each, embedding the shared files above."""
-    return triton_and_cuda(
-        name,
-        symbol,
-        triton_shared=TRITON_SHARED,
-        cuda_shared=CUDA_SHARED,
-        triton_description=triton_description,
-        cuda_description=cuda_description,
-    )
+# The gated activations' Triton (``triton/<name>.py``, CPU too) and CUDA (``cuda/<name>.cu``,
+# sm_90a) kernels: ``kernels(name, symbol, triton_description, cuda_description)``, embedding the
+# shared files above.
+kernels = functools.partial(triton_and_cuda, triton_shared=TRITON_SHARED, cuda_shared=CUDA_SHARED)
 
 
 def torch_peers(symbol: str, eager_description: str) -> tuple[SolutionSpec, SolutionSpec]:

@@ -9,6 +9,7 @@ cases and the words that describe its kernels.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,19 +90,10 @@ def workloads(eps: float, edge_cases: Sequence[WorkloadSpec]) -> tuple[WorkloadS
     )
 
 
-def kernels(
-    name: str, symbol: str, triton_description: str, cuda_description: str
-) -> tuple[SolutionSpec, SolutionSpec]:
-    """The Triton (``triton/<name>.py``, CPU too) and CUDA (``cuda/<name>.cu``, sm_90a) kernels,
-    entry ``symbol`` in each, embedding the shared files above."""
-    return triton_and_cuda(
-        name,
-        symbol,
-        triton_shared=TRITON_SHARED,
-        cuda_shared=CUDA_SHARED,
-        triton_description=triton_description,
-        cuda_description=cuda_description,
-    )
+# The norms' Triton (``triton/<name>.py``, CPU too) and CUDA (``cuda/<name>.cu``, sm_90a)
+# kernels: ``kernels(name, symbol, triton_description, cuda_description)``, embedding the shared
+# files above.
+kernels = functools.partial(triton_and_cuda, triton_shared=TRITON_SHARED, cuda_shared=CUDA_SHARED)
 
 
 def peers(eager_description: str, liger_description: str) -> tuple[SolutionSpec, ...]:

@@ -115,11 +115,11 @@ class SolutionSpec:
 def triton_and_cuda(
     name: str,
     symbol: str,
+    triton_description: str,
+    cuda_description: str,
     *,
     triton_shared: tuple[str, ...],
     cuda_shared: tuple[str, ...],
-    triton_description: str,
-    cuda_description: str,
 ) -> tuple[SolutionSpec, SolutionSpec]:
     """An operator's own pair of kernels: ``triton/<name>.py`` (on CUDA, and on CPU through the
     interpreter) and ``cuda/<name>.cu`` (sm_90a), entry ``symbol`` in each."""
