@@ -101,7 +101,7 @@ case "$stage" in
       timeout 300 python3 -m pytest -q -m gpu -n 3 --timeout 240 -p no:cacheprovider -rf tests/evaluate \
         > "$OUT/gpu-tests-evaluate.txt" 2>&1; tail -3 "$OUT/gpu-tests-evaluate.txt"
     fi
-    if [[ $parts == *fib* ]]; then
+    if [[ " $parts " == *" fib "* ]]; then
       log "vs flashinfer-bench"; timeout 400 python3 benchmarks/bench_vs_flashinfer_bench.py --repeat ${FIB_REPEAT:-2} \
         > "$OUT/vs_fib.txt" 2>&1; grep -A8 "Wall time" "$OUT/vs_fib.txt" | head -9
     fi
@@ -214,7 +214,7 @@ case "$stage" in
       python3 scripts/lang_gbs.py "$KERNELARENA_DATASET" $names 2>&1 | tee "$OUT/lang-gbs.txt"
       tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" .
     fi
-    if [[ $parts == *fib* ]]; then
+    if [[ " $parts " == *" fib "* ]]; then
       log "flashinfer-bench and kernelarena on a TileLang dataset"
       timeout ${LANG_FIB_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -rf \
         tests/test_fib_tilelang.py > "$OUT/lang-fib-tests.txt" 2>&1; tail -20 "$OUT/lang-fib-tests.txt"
@@ -261,10 +261,11 @@ EOF
     fi
     ;;
   judge-cost)  # issues 36 and 40: the engine's cost per job. COST_PARTS: fib (bench_vs_flashinfer_bench,
-               # .whl-fib carried) and variants (VARIANTS="name=VAR=value,..."; "old*" runs .old-src), each
+               # .whl-fib carried), fibprof (ours alone on its dataset, the judge profiled) and variants
+               # (VARIANTS="name=VAR=value,..."; "old*" runs .old-src), each
                # variant's wall time and, in code that has it, its stage table
     parts=${COST_PARTS:-fib variants}
-    if [[ $parts == *fib* ]]; then
+    if [[ " $parts " == *" fib "* ]]; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl-fib/flashinfer_bench*.whl .whl-fib/docstring*.whl || exit 1
       log "vs flashinfer-bench"
@@ -272,6 +273,27 @@ EOF
         --git-rev "${REV:-}" --label "${LABEL:-}" > "$OUT/vs_fib.txt" 2>&1
       grep -B2 -A24 "Wall time" "$OUT/vs_fib.txt" | head -60
       cp "$(ls -t benchmarks/results/vs_flashinfer_bench_*.json | head -1)" "$OUT/"
+    fi
+    if [[ " $parts " == *" fibprof "* ]]; then  # ours alone on the bench's dataset: a warm-up, then the judge profiled
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl-fib/flashinfer_bench*.whl .whl-fib/docstring*.whl || exit 1
+      rm -rf /tmp/fibds && python3 benchmarks/bench_vs_flashinfer_bench.py --dry-run --dataset-dir /tmp/fibds > /dev/null 2>&1
+      for round in warm timed profiled; do
+        rm -rf /tmp/fibds/traces; profile=()
+        [ $round = profiled ] && profile=(KERNELARENA_WORKER_PROFILE=$OUT/prof-fib)
+        start=$(date +%s.%N)
+        env "${profile[@]}" timeout 120 python3 -m kernelarena.cli run rmsnorm_h4096 --dataset /tmp/fibds --device cuda \
+          --suite all --json --allow-failures > "$OUT/fibprof_$round.json" 2> "$OUT/fibprof_$round.err"
+        wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
+        python3 -c "import json, sys; from kernelarena.evaluate.executors.job_stages import stage_table
+found = json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], 's', len(found['traces']), 'traces')
+print('\n'.join(stage_table(found.get('stages', {}), sys.argv[2])))" "$OUT/fibprof_$round.json" $round "$wall"
+      done
+      python3 -c "import sys; from pathlib import Path; from benchmarks.profiles import summarize; summarize(Path(sys.argv[1]))" "$OUT/prof-fib"
+      [ -n "${PROFILE_CALLERS:-}" ] && python3 -c "import glob, pstats, sys
+for f in glob.glob(sys.argv[1] + '/*.prof'):
+    s = pstats.Stats(f); s.strip_dirs(); s.sort_stats('tottime')
+    for name in sys.argv[2:]: s.print_callers(name)" "$OUT/prof-fib" $PROFILE_CALLERS 2>&1 | grep -v "^$" | head -80
     fi
     if [[ $parts == *variants* ]]; then
       defs=${DEFS:-rmsnorm_bf16}

@@ -75,6 +75,9 @@ class StandIn:
         returned = [[{"type": "Tensor", "dtype": "torch.float32", "shape": [64]}]] * len(self.timed)
         return {"ok": True, "calls": calls, "returned": returned}
 
+    def expect(self, sets: list[Any]) -> None:
+        """As ``SetMaker.expect``: nothing to fetch here, ``expected`` computes on demand."""
+
     def expected(self, shared: Any) -> dict[str, torch.Tensor]:
         return {"out": shared.inputs["x"].double() * FACTOR}
 

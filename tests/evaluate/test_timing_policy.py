@@ -455,6 +455,22 @@ def test_the_eager_figure_keeps_the_lesser_of_two_looks() -> None:
     assert eager_second_look(holder, timed, second).eager_call_ms == second.eager_call_ms
 
 
+def test_the_second_look_is_taken_where_the_eager_clock_reads_inflated() -> None:
+    """Over 1.3x both the submit time and the GPU time (a stall of the host), or with no submit
+    time at all: looked at again; an eager figure near the larger of the two is kept."""
+    from kernelarena.evaluate.judge.crosscheck import JudgeClock
+    from kernelarena.evaluate.judge.judge_clock import eager_inflated
+    from kernelarena.evaluate.sandbox.timing import summarize
+
+    gpu_bound = summarize([0.050], "cuda_graph")  # 50 us of GPU time a call
+    host_bound = summarize([0.002], "cuda_graph")
+    assert not eager_inflated(JudgeClock(eager_call_ms=0.052), 0.010, gpu_bound)
+    assert not eager_inflated(JudgeClock(eager_call_ms=0.030), 0.028, host_bound)
+    assert eager_inflated(JudgeClock(eager_call_ms=0.090), 0.028, gpu_bound)  # 1.8x the GPU time
+    assert eager_inflated(JudgeClock(eager_call_ms=0.060), 0.028, host_bound)  # 2.1x the submit
+    assert eager_inflated(JudgeClock(eager_call_ms=0.030), None, host_bound)
+
+
 @pytest.mark.gpu
 def test_the_timing_loops_take_back_any_l2_set_aside_for_persisting_lines() -> None:
     """A solution that sets an L2 set-aside (to mark its inputs persisting through the flush) has

@@ -126,20 +126,36 @@ def all_within(
     ``compare`` (float64, NaN and infinity by position, the statistics) cost 7 ms an output at
     rows=65536 x 4096 on an H100, after every batch of the judge's clocks; this is a few float32
     passes over the two tensors."""
-    if (
+    if not fast_checkable(actual, expected, tolerance):
+        return None
+    return within_bound(actual, *fast_bound(expected, tolerance))
+
+
+def fast_checkable(actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance) -> bool:
+    """Whether ``all_within`` can answer for these tensors and this tolerance."""
+    return not (
         actual.dtype not in _FAST_DTYPES
         or expected.dtype not in _FAST_DTYPES
         or actual.shape != expected.shape
         or actual.device != expected.device
         or actual.numel() == 0
         or tolerance.atol < 1e-30
-    ):
-        return None
-    a = actual.to(torch.float32)
+    )
+
+
+def fast_bound(expected: torch.Tensor, tolerance: Tolerance) -> tuple[torch.Tensor, torch.Tensor]:
+    """``expected`` in float32 and each element's bound on the difference (``all_within``), which
+    depend on the reference alone: the judge prepares them once for many checks. Where the
+    reference is not finite the bound is -1, which no difference meets."""
     e = expected.to(torch.float32)
     bound = e.abs().mul_(tolerance.rtol * _FAST_MARGIN).add_(tolerance.atol * _FAST_MARGIN)
-    # NaN on either side fails the comparison; an infinite reference makes the bound infinite.
-    return ((a - e).abs_() <= bound).logical_and_(bound < float("inf")).all()
+    return e, bound.masked_fill_(~torch.isfinite(bound), -1.0)
+
+
+def within_bound(actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """``all_within`` against a prepared reference and bound (``fast_bound``). NaN in ``actual``
+    fails: NaN is within no bound."""
+    return ((actual.to(torch.float32) - expected).abs_() <= bound).all()
 
 
 def _first_mismatches(

@@ -52,6 +52,9 @@ DIFFERENCE_RETRIES = 3
 # and fewer where that many would take longer than SUBMIT_SPAN_MS.
 SUBMIT_BURST = 32
 SUBMIT_SPAN_MS = 25.0
+# The eager clock is taken again where it reads over this many times both the host's submit time
+# and the GPU time (``eager_inflated``).
+SECOND_LOOK_ABOVE = 1.3
 # A report the judge's clock contradicts is measured again over this many times the span.
 SECOND_LOOK_SPAN = 10.0
 # The CPU-time clock of a busy machine counts at least this many clock ticks (10 ms each at the
@@ -190,13 +193,25 @@ def eager_clock(sets: SetMaker, timed: list[SharedSet], span: float = 1.0) -> fl
     return _per_call(sets, timed, lambda n: ("eager", ids, n), count, what) / count
 
 
+def eager_inflated(clock: JudgeClock, submit_ms: float | None, reported: Timing) -> bool:
+    """Whether the eager clock reads over ``SECOND_LOOK_ABOVE`` times both the host's submit time
+    and the reported GPU time (or no submit time came): then ``eager_second_look`` takes it again.
+    A stall of the host inflates it far beyond both (1.8-3.1x on an H100); an honest figure sits
+    at 1.0-1.1x the larger. Claims that avoid the second look (a submit time over-reported) only
+    leave the judge's figure as high as it was."""
+    if submit_ms is None:
+        return True
+    return clock.eager_call_ms > SECOND_LOOK_ABOVE * max(submit_ms, reported.median_ms)
+
+
 @staged("judge_clocks")
 def eager_second_look(sets: SetMaker, rotated: list[SharedSet], clock: JudgeClock) -> JudgeClock:
-    """``clock`` with the eager clock taken once more, the lesser kept. Its batches run within
-    milliseconds of each other, and one stall of the host can cover them all (on an H100,
-    4 of 45 traces with eager clocks of 1.8-3.1x both their host submit time and their GPU time,
-    the other workloads of the same solutions at 1.0-1.1x; taken twice, 1 of 96 and 0 of 96). For
-    the figure apply ranks by, after the checks, which use the first look."""
+    """``clock`` with the eager clock taken once more, the lesser kept, where it looks inflated
+    (``eager_inflated``). Its batches run within milliseconds of each other, and one stall of the
+    host can cover them all (on an H100, 4 of 45 traces with eager clocks of 1.8-3.1x both their
+    host submit time and their GPU time, the other workloads of the same solutions at 1.0-1.1x;
+    taken twice, 1 of 96 and 0 of 96). For the figure apply ranks by, after the checks, which use
+    the first look."""
     return replace(clock, eager_call_ms=min(clock.eager_call_ms, eager_clock(sets, rotated)))
 
 

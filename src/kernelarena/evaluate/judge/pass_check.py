@@ -19,6 +19,7 @@ import torch
 
 from kernelarena.data import Correctness, Status
 from kernelarena.evaluate.judge.shared_sets import SetMaker, SharedSet, in_place
+from kernelarena.evaluate.judge.stage_clock import staged
 from kernelarena.evaluate.judge.verdicts import (
     CheckFailed,
     check_returned,
@@ -26,8 +27,9 @@ from kernelarena.evaluate.judge.verdicts import (
     with_details,
 )
 
-# Sets compared after a pass: all of them up to this many, else this many drawn at random (a
-# solution that skips work on some sets only is caught on one of the many passes).
+# Sets compared after a pass: all of them up to this many or where they are compared as one
+# (``SetMaker.check_together``), else this many drawn at random (a solution that skips work on
+# some sets only is caught on one of the many passes).
 CHECKED_SETS = 8
 
 
@@ -52,16 +54,17 @@ def checkable(sets: SetMaker) -> bool:
     return not in_place(sets.job.definition)
 
 
+@staged("poison")
 def before_pass(sets: SetMaker, timed: list[SharedSet]) -> None:
     """Poison the outputs of every timed set, so that a pass that leaves one unwritten fails."""
     if not checkable(sets):
         return
-    for shared in timed:
-        sets.poison(shared)
+    sets.poison_many(timed)
     if sets.device.type == "cuda":
         torch.cuda.synchronize(sets.device)
 
 
+@staged("pass_check")
 def after_pass(sets: SetMaker, timed: list[SharedSet], reply: dict[str, Any], what: str) -> None:
     """Check a pass's reply and outputs: a value-returning solution's results plain tensors of the
     declared dtype and shape, and every set's outputs (up to ``CHECKED_SETS``) equal to the
@@ -69,7 +72,8 @@ def after_pass(sets: SetMaker, timed: list[SharedSet], reply: dict[str, Any], wh
     check_reply(sets, reply, what)
     if not checkable(sets):
         return
-    looked_at = timed if len(timed) <= CHECKED_SETS else random.sample(timed, CHECKED_SETS)
+    few = len(timed) <= CHECKED_SETS or sets.check_together(timed)
+    looked_at = timed if few else random.sample(timed, CHECKED_SETS)
     if sets.all_right(looked_at):  # the usual case, found cheaply; else the full comparison
         return
     for shared in looked_at:

@@ -141,39 +141,62 @@ class SandboxedReference(Reference):
             raise self._failed("is broken", f"make_inputs returned no value for {missing}")
         return dict(zip(names, values, strict=True))  # type: ignore[arg-type]
 
-    def outputs(
-        self, job: Job, inputs: dict[str, Value], expected: bool = True, precise: bool = False
-    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        kept = [self._kept.outputs(inputs, False), self._kept.outputs(inputs, True)]
-        wanted = (expected and kept[0] is None, precise and kept[1] is None)
-        if any(wanted):
-            found = self._computed(job, inputs, wanted)
-            for upcast, values in enumerate(found):
-                if wanted[upcast]:
-                    kept[upcast] = values
-                    self._kept.keep_outputs(inputs, bool(upcast), values)
-        return (kept[0] or {}) if expected else {}, (kept[1] or {}) if precise else {}
+    def outputs_many(
+        self, job: Job, draws: list[dict[str, Value]], expected: bool = True, precise: bool = False
+    ) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+        found = [
+            [self._kept.outputs(inputs, False), self._kept.outputs(inputs, True)]
+            for inputs in draws
+        ]
+        for wanted in ((True, True), (True, False), (False, True)):
+            asked = [
+                i
+                for i, kept in enumerate(found)
+                if (expected and kept[0] is None, precise and kept[1] is None) == wanted
+            ]
+            if not asked:
+                continue
+            computed = self._computed(job, [draws[i] for i in asked], wanted)
+            for i, values in zip(asked, computed, strict=True):
+                for upcast in (0, 1):
+                    if wanted[upcast]:
+                        found[i][upcast] = values[upcast]
+                        self._kept.keep_outputs(draws[i], bool(upcast), values[upcast])
+        return [
+            ((kept[0] or {}) if expected else {}, (kept[1] or {}) if precise else {})
+            for kept in found
+        ]
 
     def _computed(
-        self, job: Job, inputs: dict[str, Value], wanted: tuple[bool, bool]
-    ) -> list[dict[str, torch.Tensor]]:
-        """The runs ``wanted`` (in the definition's dtypes, in float64) in one request."""
+        self, job: Job, draws: list[dict[str, Value]], wanted: tuple[bool, bool]
+    ) -> list[list[dict[str, torch.Tensor]]]:
+        """For each draw, the runs ``wanted`` (in the definition's dtypes, in float64), all in
+        one request."""
         names = list(self.definition.outputs)
         groups = [g for g, want in zip(("expected", "precise"), wanted, strict=True) if want]
         keys = [(group, name, job.workload.uuid) for group in groups for name in names]
         places = [self._layouts.get(key) or self._guess(job, key) for key in keys]
         self.arena.reset()
-        binding, targets = self._carve([inputs[n] for n in self.definition.inputs], places)
-        reply = self._send("expect", binding, wanted)
-        described = [item for group in groups for item in _items(reply.get(group), len(names))]
-        values = self._collect(keys, described, list(targets))
-        found: list[dict[str, torch.Tensor]] = [{}, {}]
-        for (group, name, _), value in zip(keys, values, strict=True):
-            if isinstance(value, torch.Tensor):
-                found[group == "precise"][name] = value
-            elif group == "expected":
-                raise self._failed("is broken", f"output '{name}' is not a tensor")
-        return found
+        carved = [
+            self._carve([inputs[n] for n in self.definition.inputs], places) for inputs in draws
+        ]
+        reply = self._send("expect", [binding for binding, _ in carved], wanted)
+        sets = reply.get("sets")
+        if not isinstance(sets, list) or len(sets) != len(draws):
+            raise self._failed("answered something that is not a reply", str(reply)[:200])
+        results = []
+        for index, ((_, targets), one) in enumerate(zip(carved, sets, strict=True)):
+            one = one if isinstance(one, dict) else {}
+            described = [item for group in groups for item in _items(one.get(group), len(names))]
+            values = self._collect(keys, described, list(targets), held_from=index * len(keys))
+            found: list[dict[str, torch.Tensor]] = [{}, {}]
+            for (group, name, _), value in zip(keys, values, strict=True):
+                if isinstance(value, torch.Tensor):
+                    found[group == "precise"][name] = value
+                elif group == "expected":
+                    raise self._failed("is broken", f"output '{name}' is not a tensor")
+            results.append(found)
+        return results
 
     def time(
         self, job: Job, device: torch.device, draws: list[dict[str, Value]], graph: bool
@@ -223,9 +246,11 @@ class SandboxedReference(Reference):
         keys: list[tuple[str, str, str]],
         described: Any,
         targets: list[torch.Tensor | None],
+        held_from: int = 0,
     ) -> list[Value | None]:
         """The results as the sandbox described them: copied out of their destinations, or
-        delivered into buffers made to measure (and that layout expected from now on)."""
+        delivered into buffers made to measure (and that layout expected from now on). The
+        sandbox holds the results of a request's sets in turn: these from ``held_from`` on."""
         if not isinstance(described, list) or len(described) != len(keys):
             raise self._failed("answered something that is not a reply", str(described)[:200])
         values: list[Value | None] = [None] * len(keys)
@@ -244,7 +269,7 @@ class SandboxedReference(Reference):
                 self._layouts[key] = place
         if pending:
             binding, made = self._carve([], [place for _, place in pending])
-            self._send("deliver_held", binding, [index for index, _ in pending])
+            self._send("deliver_held", binding, [held_from + index for index, _ in pending])
             for (index, _), target in zip(pending, made, strict=True):
                 values[index] = target.clone()
         return values

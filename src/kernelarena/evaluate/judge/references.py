@@ -100,6 +100,13 @@ class Reference:
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The reference's outputs for ``inputs`` (where ``expected``; else empty) and those of its
         run on them upcast to float64 (where ``precise``; empty where it cannot run so)."""
+        return self.outputs_many(job, [inputs], expected, precise)[0]
+
+    def outputs_many(
+        self, job: Job, draws: list[dict[str, Value]], expected: bool = True, precise: bool = False
+    ) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+        """``outputs`` for each of ``draws``, as few requests as it takes where the reference
+        runs elsewhere."""
         raise NotImplementedError
 
     def time(
@@ -143,8 +150,13 @@ class InJudgeReference(Reference):
                 "raised in make_inputs", f"{type(error).__name__}: {error}"
             ) from None
 
-    def outputs(
-        self, job: Job, inputs: dict[str, Value], expected: bool = True, precise: bool = False
+    def outputs_many(
+        self, job: Job, draws: list[dict[str, Value]], expected: bool = True, precise: bool = False
+    ) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+        return [self._outputs(inputs, expected, precise) for inputs in draws]
+
+    def _outputs(
+        self, inputs: dict[str, Value], expected: bool, precise: bool
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         arguments = [inputs[name] for name in self.definition.inputs]
         found: dict[str, torch.Tensor] = {}

@@ -8,6 +8,7 @@ reference runs on and the mutation check compares with, out of the sandbox's rea
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,20 @@ import torch
 
 from kernelarena.data import Definition, Workload
 from kernelarena.evaluate.judge.references import Reference
+from kernelarena.evaluate.judge.stage_clock import staged
 from kernelarena.evaluate.judge.verdicts import check_returned, expect_stream_order, expect_success
 from kernelarena.evaluate.options import Options
 from kernelarena.evaluate.sandbox.arena import Arena
 from kernelarena.evaluate.sandbox.error_ratio import ErrorRatio, ratios
 from kernelarena.evaluate.sandbox.sandboxes import Sandbox
-from kernelarena.runtime.compare import Comparison, all_within, compare, first_changed_input
+from kernelarena.runtime.compare import (
+    Comparison,
+    compare,
+    fast_bound,
+    fast_checkable,
+    first_changed_input,
+    within_bound,
+)
 from kernelarena.runtime.inputs import (
     STANDARD,
     Distribution,
@@ -34,6 +43,13 @@ _set_ids = itertools.count()
 # Elements of each input that a partial refill changes (``SetMaker.refill_some``): few, so that a
 # cache keyed on a sample of the input's elements rarely sees the change.
 PARTIAL_REFILL_ELEMENTS = 2
+# The sets whose reference outputs one request computes hold at most this many bytes (inputs and
+# outputs): a timing's rotated sets come by the dozen, and each request costs a round trip.
+EXPECT_BATCH_BYTES = 256 << 20
+# ``SetMaker.all_right`` stacks the outputs of up to this many bytes of sets (in float32) into one
+# comparison; and keeps the stacked references and bounds of this many groups of sets.
+STACKED_CHECK_BYTES = 256 << 20
+KEPT_BOUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -74,11 +90,16 @@ class SetMaker:
         self.job = job
         self.device = device
         self._bound: list[SharedSet] = []
+        # Stacked references and bounds by output name and reference tensors (``all_right``).
+        self._bounds: dict[
+            tuple[Any, ...], tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]
+        ] = {}
         # Whether the sandbox tried to capture a CUDA graph of the solution and failed: a later
         # failure may be the broken capture's, not the solution's (the judge retries with events).
         self.capture_failed = False
         arena.hand_to(sandbox)  # another sandbox than the last gets buffers of its own
 
+    @staged("draw")
     def draw(self, seed: int, distribution: Distribution = STANDARD) -> dict[str, Value]:
         return self.job.reference.draw(self.job, self.device, seed, distribution)
 
@@ -87,6 +108,7 @@ class SetMaker:
     ) -> SharedSet:
         return self.make_many([seed], keep_private, distribution)[0]
 
+    @staged("make_sets")
     def make_many(
         self, seeds: list[int], keep_private: bool = False, distribution: Distribution = STANDARD
     ) -> list[SharedSet]:
@@ -215,6 +237,7 @@ class SetMaker:
         """What the set was given, drawn again from its seed (for sets that keep no copy)."""
         return self.draw(shared.seed, shared.distribution)
 
+    @staged("error_ratios")
     def error_ratios(
         self,
         shared: SharedSet,
@@ -239,8 +262,22 @@ class SetMaker:
         return shared.precise
 
     def poison(self, shared: SharedSet) -> None:
-        for name, tensor in shared.outputs.items():
-            poison(tensor, self.job.definition.outputs[name].dtype)
+        self.poison_many([shared])
+
+    def poison_many(self, sets: list[SharedSet]) -> None:
+        """Every output of ``sets`` poisoned (``inputs.poison``): the floating-point ones of
+        the usual dtypes by one multiplication with NaN across them all (a few launches for a
+        timing's dozens of rotated sets), the others filled one by one."""
+        floats: dict[torch.dtype, list[torch.Tensor]] = {}
+        for shared in sets:
+            for name, tensor in shared.outputs.items():
+                dtype = self.job.definition.outputs[name].dtype
+                if dtype.is_float and not dtype.is_low_precision_float:
+                    floats.setdefault(tensor.dtype, []).append(tensor)
+                else:
+                    poison(tensor, dtype)
+        for tensors in floats.values():
+            torch._foreach_mul_(tensors, math.nan)
 
     def forget(self, sets: list[SharedSet]) -> None:
         ids = {s.id for s in sets}
@@ -254,6 +291,7 @@ class SetMaker:
             self.forget(list(self._bound))
         except Exception:  # a dead sandbox holds nothing any more
             self._bound = []
+        self._bounds.clear()
         self.arena.reset()
 
     def _synchronize(self) -> None:
@@ -283,33 +321,96 @@ class SetMaker:
         return produced
 
     def expected(self, shared: SharedSet) -> dict[str, torch.Tensor]:
-        """The reference's outputs for the inputs the set holds, run on a copy of the judge's
-        private inputs (a fresh draw of its seed where it keeps none); kept with the set until
-        a refill changes them. A set that keeps its inputs is a trial's, whose error ratio
-        needs the float64 run too: both come in one request."""
-        if shared.expected is None:
-            given = self.given(shared)
-            both = shared.private is not None and shared.precise is None
-            shared.expected, precise = self.job.reference.outputs(self.job, given, precise=both)
-            if both:
-                shared.precise = precise
+        """The reference's outputs for the inputs the set holds (``expect``)."""
+        self.expect([shared])
+        assert shared.expected is not None
         return shared.expected
 
+    @staged("expected")
+    def expect(self, sets: list[SharedSet]) -> None:
+        """The reference's outputs for the inputs each set holds, for those that lack them, run
+        on a copy of the judge's private inputs (a fresh draw of its seed where it keeps none) and
+        kept with the set until a refill changes them; as few requests to the reference as it
+        takes (a timing's rotated sets come by the dozen). A set that keeps its inputs is a
+        trial's, whose error ratio needs the float64 run too: both come in one request."""
+        for precise in (False, True):
+            wanted = [
+                s
+                for s in sets
+                if s.expected is None and (s.private is not None and s.precise is None) == precise
+            ]
+            for batch in _batches(wanted):
+                draws = [self.given(s) for s in batch]
+                found = self.job.reference.outputs_many(self.job, draws, precise=precise)
+                for shared, (expected, upcast) in zip(batch, found, strict=True):
+                    shared.expected = expected
+                    if precise:
+                        shared.precise = upcast
+
+    @staged("all_right")
     def all_right(self, checked: list[SharedSet]) -> bool:
         """Whether every output of ``checked`` is within its tolerance of the reference's, found
         with one wait for the GPU (``all_within``); False where that shortcut cannot say so, and
-        ``compare_all`` must."""
+        ``compare_all`` must. Sets that ``check_together`` are compared as one stacked tensor
+        against a stacked reference and bound prepared once (a pass over the rotated sets of a
+        timing otherwise costs the host a dozen launches a set)."""
         definition = self.job.definition
+        self.expect(checked)
+        together = self.check_together(checked)
         verdicts = []
-        for shared in checked:
-            produced, expected = self.produced(shared), self.expected(shared)
-            for name in definition.outputs:
-                verdict = all_within(produced[name], expected[name], definition.tolerance_for(name))
-                if verdict is None:
-                    return False
-                verdicts.append(verdict)
+        for name in definition.outputs:
+            tolerance = definition.tolerance_for(name)
+            produced = [self.produced(s)[name] for s in checked]
+            expected = [s.expected[name] for s in checked]  # type: ignore[index]
+            if not all(
+                fast_checkable(p, e, tolerance) for p, e in zip(produced, expected, strict=True)
+            ):
+                return False
+            if together:
+                verdicts.append(
+                    within_bound(torch.stack(produced), *self._stacked_bound(expected, name))
+                )
+            else:
+                verdicts += [
+                    within_bound(p, *fast_bound(e, tolerance))
+                    for p, e in zip(produced, expected, strict=True)
+                ]
         return bool(torch.stack(verdicts).all()) if verdicts else False
 
+    def check_together(self, sets: list[SharedSet]) -> bool:
+        """Whether ``all_right`` compares ``sets`` stacked: more than one, with outputs of one
+        shape, whose float32 copies stay within ``STACKED_CHECK_BYTES``."""
+        if len(sets) < 2:
+            return False
+        first = sets[0].outputs
+        elements = sum(t.numel() for t in first.values())
+        alike = all(
+            {n: (t.shape, t.dtype) for n, t in s.outputs.items()}
+            == {n: (t.shape, t.dtype) for n, t in first.items()}
+            for s in sets[1:]
+        )
+        return (
+            alike
+            and not in_place(self.job.definition)
+            and 4 * elements * len(sets) <= STACKED_CHECK_BYTES
+        )
+
+    def _stacked_bound(
+        self, expected: list[torch.Tensor], name: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stacked reference and bound for ``expected`` (``fast_bound``), kept while the same
+        reference tensors come back (a refill makes new ones)."""
+        key = (name, *map(id, expected))
+        kept = self._bounds.get(key)
+        if kept is None:
+            stacked = torch.stack(expected)
+            kept = (expected, *fast_bound(stacked, self.job.definition.tolerance_for(name)))
+            if len(self._bounds) >= KEPT_BOUNDS:
+                self._bounds.pop(next(iter(self._bounds)))
+            self._bounds[key] = kept  # the tensors held with it: their ids stay theirs
+        return kept[1], kept[2]
+
+    @staged("compare")
     def compare_all(
         self,
         produced: dict[str, torch.Tensor],
@@ -371,6 +472,20 @@ class SetMaker:
             if isinstance(before, torch.Tensor):
                 pairs[name] = (before, current)
         return first_changed_input(pairs)
+
+
+def _batches(sets: list[SharedSet]) -> list[list[SharedSet]]:
+    """``sets`` in runs of at most ``EXPECT_BATCH_BYTES`` each (a larger set alone): what one
+    request to the reference takes, and what the judge draws again at once for it."""
+    batches: list[list[SharedSet]] = []
+    total = EXPECT_BATCH_BYTES
+    for shared in sets:
+        if total + shared.bytes > EXPECT_BATCH_BYTES:
+            batches.append([])
+            total = 0
+        batches[-1].append(shared)
+        total += shared.bytes
+    return batches
 
 
 def _expect_ok(reply: dict[str, Any]) -> None:

@@ -78,27 +78,32 @@ class ReferenceServer:
     def expect(
         self,
         new_buffers: dict[int, tuple[str, int, bool, bytes]],
-        binding: tuple[Any, ...],
+        bindings: list[tuple[Any, ...]],
         wanted: tuple[bool, bool],
     ) -> dict[str, Any]:
-        """The reference on the set's inputs (``wanted[0]``), and on them upcast to float64
-        (``wanted[1]``): the bound set's destinations hold the outputs of each wanted run in
-        turn, one per output of the definition."""
+        """For each bound set in turn, the reference on its inputs (``wanted[0]``) and on them
+        upcast to float64 (``wanted[1]``): each set's destinations hold the outputs of each wanted
+        run in turn, one per output of the definition. The results not delivered are held, every
+        set's after the last one's, for ``deliver_held``."""
         try:
-            (bound,) = self._bound(new_buffers, [binding])
-            try:
-                return self._expected(bound, wanted)
-            except torch.OutOfMemoryError:
-                if any(spec.aliases is not None for spec in self.definition.outputs.values()):
-                    raise  # an in-place reference may have written its inputs before it ran out
-                # What this process keeps from earlier requests (results held for delivery, the
-                # caching allocator's free blocks) can be the difference on the largest sets,
-                # where the judge and the paused solution hold their copies too: once more
-                # with all of it given back.
-                self.held = []
-                gc.collect()
-                torch.cuda.empty_cache()
-                return self._expected(bound, wanted)
+            self.held = []
+            replies = []
+            for bound in self._bound(new_buffers, bindings):
+                try:
+                    replies.append(self._expected(bound, wanted))
+                except torch.OutOfMemoryError:
+                    if any(spec.aliases is not None for spec in self.definition.outputs.values()):
+                        raise  # an in-place reference may have written its inputs before it ran out
+                    # What this process keeps from earlier requests (results held for delivery,
+                    # the caching allocator's free blocks) can be the difference on the largest
+                    # sets, where the judge and the paused solution hold their copies too: once
+                    # more with all of it given back. (The largest sets come one a request.)
+                    if len(bindings) == 1:
+                        self.held = []
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                    replies.append(self._expected(bound, wanted))
+            return {"ok": True, "sets": replies}
         except ReferenceBroken as broken:
             return {"broken": str(broken)}
         finally:
@@ -107,7 +112,7 @@ class ReferenceServer:
     def _expected(self, bound: Any, wanted: tuple[bool, bool]) -> dict[str, Any]:
         names = list(self.definition.outputs)
         destinations = list(bound.outputs)
-        reply: dict[str, Any] = {"ok": True}
+        reply: dict[str, Any] = {}
         expected: list[Any] = []
         upcast: list[Any] = []
         # The float64 run first: the run in the definition's dtypes may then have the
@@ -122,7 +127,7 @@ class ReferenceServer:
             destinations = destinations[len(names) :]
         if wanted[1]:
             reply["precise"] = self._place(upcast, destinations, False)
-        self.held = expected + upcast
+        self.held += expected + upcast
         return reply
 
     def make_inputs(

@@ -205,7 +205,10 @@ class Sandbox:
 class Sandboxes:
     """At most one sandbox with a solution loaded per judge. On a GPU, ``spares`` start ahead: a
     sandbox takes seconds to import torch and make its CUDA context, often longer than a
-    solution's jobs, so two start beside the work (a GPU machine has cores to spare). On the CPU,
+    solution's jobs, so three start beside the work (a GPU machine has cores to spare): the first
+    solution's and its definition's reference's at once, and the next solution's, which a spare
+    started after the first job could not be in time for, since spares are stopped while the judge
+    times (on an H100, 1.2 s of waiting for the second of three solutions of 8 jobs each). On the CPU,
     inside the walls, each sandbox is forked from a ``zygote`` when it is needed instead (tens of
     milliseconds; ``KERNELARENA_ZYGOTE=0`` starts them as programs, one spare ahead)."""
 
@@ -221,7 +224,7 @@ class Sandboxes:
                 self.zygote = Zygote(device, folder, writable, found)
             except (OSError, ZygoteFailed) as failed:
                 print(f"kernelarena: sandboxes start as programs: {failed}", flush=True)
-        default = "2" if device.startswith("cuda") else "0" if self.zygote else "1"
+        default = "3" if device.startswith("cuda") else "0" if self.zygote else "1"
         self.spare_count = int(os.environ.get("KERNELARENA_SPARE_SANDBOXES", default))
         self._spawned = 0
         self._stopped = 0  # the depth of ``spares_stopped``
