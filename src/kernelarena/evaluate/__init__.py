@@ -6,9 +6,9 @@ between them (docs/architecture.md).
 - ``judge/``: the judge process (``judge.worker``) and everything that decides a verdict.
 - ``executors/``: how jobs reach judges: the local executor, Ray, the runner, the build pool.
   They start a judge by its module path and speak to it only through the protocol (``messages``,
-  ``executors.jobs``' payloads), never importing the judge's modules.
+  a ``Job``'s payload and ``executors.jobs``' results), never importing the judge's modules.
 
-Here, below the wings: ``options`` (a run's settings and the trace made from a result),
+Here, below the wings: ``options`` (a run's settings, a job, the trace made from it),
 ``messages`` (the tags on the executor-judge pipe) and ``process_output`` (what every engine
 process does with its output). Old names of modules that moved into a wing stay aliases for one
 release (``old_names``).

@@ -1,4 +1,5 @@
-"""What a run is asked to do (Options) and how a trace is made: no torch here, so the parent process
+"""What a run is asked to do (Options, and a Job: one solution on one workload, in the wire format
+between an executor and a judge) and how a trace is made: no torch here, so the parent process
 (the command line, a Ray driver) can plan and record jobs without importing it; and the schemas
 (kernelarena.data, 0.25 s) only once a trace is made, so the command line starts its workers first."""
 
@@ -6,8 +7,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kernelarena.data import (
@@ -101,3 +103,65 @@ def make_trace(
         evaluation=evaluation,
         hashes=TraceHashes.of(definition, solution, workload),
     )
+
+
+@dataclass
+class Job:
+    """One solution on one workload: what an executor sends a judge (``payload``, as a JSON-ready
+    dict) and what the judge evaluates (``judge.evaluator``). Here, below both wings, since both
+    use it (``executors.jobs`` re-exports it)."""
+
+    id: int
+    definition: Definition
+    solution: Solution
+    workload: Workload
+    options: Options = field(default_factory=Options)
+    blob_root: Path | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.definition.name, self.solution.name, self.workload.uuid)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "definition": self.definition.to_json_dict(),
+            "solution": self.solution.to_json_dict(),
+            "workload": self.workload.to_json_dict(),
+            "options": asdict(self.options),
+            "blob_root": str(self.blob_root) if self.blob_root else None,
+        }
+
+    @classmethod
+    def from_payload(cls, job_id: int, payload: dict[str, Any]) -> Job:
+        """The inverse of ``payload``."""
+        from kernelarena.data import Definition, Solution, Workload
+
+        return cls(
+            job_id,
+            Definition.model_validate(payload["definition"]),
+            Solution.model_validate(payload["solution"]),
+            Workload.model_validate(payload["workload"]),
+            Options(**payload["options"]),
+            Path(payload["blob_root"]) if payload.get("blob_root") else None,
+        )
+
+    def make_trace(
+        self,
+        environment: Environment,
+        status: Status,
+        log: str,
+        correctness: Correctness | None = None,
+        performance: Performance | None = None,
+    ) -> Trace:
+        """This job's trace (``make_trace``): a verdict the judge reached, or a failure the
+        executor saw before or instead of one (a build's, a lost worker's, a timeout)."""
+        return make_trace(
+            self.definition,
+            self.solution,
+            self.workload,
+            environment,
+            status,
+            log,
+            correctness,
+            performance,
+        )

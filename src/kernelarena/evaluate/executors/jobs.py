@@ -1,18 +1,19 @@
 """A job (one solution on one workload), its result, their wire format (JSON-ready dicts, for a
-worker process or a Ray actor), the time limits around a job, and which job a free worker takes."""
+worker process or a Ray actor), the time limits around a job, and which job a free worker takes.
+``Job`` itself is defined in ``evaluate.options``, below the wings, since the judge takes one too;
+it is re-exported here."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernelarena.evaluate.options import Options, make_trace
+from kernelarena.evaluate.options import Job as Job  # re-exported
 
 if TYPE_CHECKING:  # the command line starts its workers before it builds the schemas
-    from kernelarena.data import Definition, Environment, Solution, Status, Trace, Workload
+    from kernelarena.data import Trace
 
 
 @dataclass(frozen=True)
@@ -20,46 +21,6 @@ class Timeouts:
     build_s: float = 900.0
     run_s: float = 300.0
     startup_s: float = 600.0
-
-
-@dataclass
-class Job:
-    id: int
-    definition: Definition
-    solution: Solution
-    workload: Workload
-    options: Options = field(default_factory=Options)
-    blob_root: Path | None = None
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.definition.name, self.solution.name, self.workload.uuid)
-
-    def payload(self) -> dict[str, Any]:
-        return {
-            "definition": self.definition.to_json_dict(),
-            "solution": self.solution.to_json_dict(),
-            "workload": self.workload.to_json_dict(),
-            "options": asdict(self.options),
-            "blob_root": str(self.blob_root) if self.blob_root else None,
-        }
-
-    @classmethod
-    def from_payload(cls, job_id: int, payload: dict[str, Any]) -> Job:
-        """The inverse of ``payload``."""
-        from kernelarena.data import Definition, Solution, Workload
-
-        return cls(
-            job_id,
-            Definition.model_validate(payload["definition"]),
-            Solution.model_validate(payload["solution"]),
-            Workload.model_validate(payload["workload"]),
-            Options(**payload["options"]),
-            Path(payload["blob_root"]) if payload.get("blob_root") else None,
-        )
-
-    def failure_trace(self, environment: Environment, status: Status, log: str) -> Trace:
-        return make_trace(self.definition, self.solution, self.workload, environment, status, log)
 
 
 @dataclass

@@ -292,7 +292,7 @@ class LocalExecutor:
                 on_result(job, JobResult(skipped=outcome.detail, device=worker.device))
                 continue
             environment = Environment.model_validate(worker.environment)
-            trace = job.failure_trace(environment, Status.COMPILE_ERROR, outcome.detail)
+            trace = job.make_trace(environment, Status.COMPILE_ERROR, outcome.detail)
             on_result(job, JobResult(trace=trace, device=worker.device))
 
     def _take(self, worker: _Worker) -> Job | None:
@@ -362,7 +362,7 @@ class LocalExecutor:
         if "internal_error" in outcome:
             log = "kernelarena internal error while evaluating:\n" + outcome["internal_error"]
             environment = Environment.model_validate(worker.environment)
-            failure = job.failure_trace(environment, Status.RUNTIME_ERROR, log)
+            failure = job.make_trace(environment, Status.RUNTIME_ERROR, log)
             stages = {**outcome.get("stages", {}), **parent}
             on_result(job, JobResult(trace=failure, device=worker.device, stages=stages))
             return
@@ -389,5 +389,5 @@ class LocalExecutor:
         worker.job = None
         self._replace(worker)
         on_result(
-            job, JobResult(trace=job.failure_trace(environment, status, log), device=worker.device)
+            job, JobResult(trace=job.make_trace(environment, status, log), device=worker.device)
         )

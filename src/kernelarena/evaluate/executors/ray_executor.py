@@ -303,9 +303,7 @@ class RayExecutor:
             f"the Ray actor evaluating this job was lost {_times(len(losses[job.id]))}; "
             "not retried again:\n" + "\n".join(losses[job.id])
         )
-        trace = job.failure_trace(
-            Environment.model_validate(environment), Status.RUNTIME_ERROR, log
-        )
+        trace = job.make_trace(Environment.model_validate(environment), Status.RUNTIME_ERROR, log)
         on_result(job, JobResult(trace=trace, device=actor.device))
 
     # -- actors ---------------------------------------------------------------------------------

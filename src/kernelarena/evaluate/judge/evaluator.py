@@ -18,29 +18,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from kernelarena.data import (
     Correctness,
-    Definition,
     Environment,
     Language,
     Performance,
-    Solution,
     Status,
     Trace,
-    Workload,
 )
 from kernelarena.evaluate.judge.crosscheck import TimingRejected
 from kernelarena.evaluate.judge.reference_sandbox import References
 from kernelarena.evaluate.judge.references import Reference, ReferenceFailed
-from kernelarena.evaluate.judge.shared_sets import Job, SetMaker, SharedSet
+from kernelarena.evaluate.judge.shared_sets import Job as CheckedJob
+from kernelarena.evaluate.judge.shared_sets import SetMaker, SharedSet
 from kernelarena.evaluate.judge.verdicts import CheckFailed, SolutionFailed, merge, with_details
 from kernelarena.evaluate.judge.warm_up import JudgeWarmUp
-from kernelarena.evaluate.options import Options, make_trace
+from kernelarena.evaluate.options import Job
 from kernelarena.evaluate.sandbox.arena import Arena
 from kernelarena.evaluate.sandbox.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.sandbox.solution_caches import namespace_of
@@ -128,15 +125,8 @@ class Evaluator:
 
     # -- entry ----------------------------------------------------------------------------------
 
-    def evaluate(
-        self,
-        definition: Definition,
-        solution: Solution,
-        workload: Workload,
-        options: Options,
-        blob_root: Path | None = None,
-        notify: Callable[[str], None] = lambda stage: None,
-    ) -> Outcome:
+    def evaluate(self, job: Job, notify: Callable[[str], None] = lambda stage: None) -> Outcome:
+        solution = job.solution
         on_gpu = self.device.type == "cuda"
         if not solution.runs_on("cuda" if on_gpu else "cpu") and solution.spec.language not in (
             Language.CUDA,
@@ -145,8 +135,8 @@ class Evaluator:
             return Outcome(
                 skipped=f"targets {solution.spec.target_hardware}; this device is {self.device.type}"
             )
-        outcome = self._in_sandbox(definition, solution, workload, options, blob_root, notify)
-        if self._capture_failed and options.allow_graph and _not_passed(outcome):
+        outcome = self._in_sandbox(job, notify)
+        if self._capture_failed and job.options.allow_graph and _not_passed(outcome):
             # A capture the solution could not take part in (a host synchronization inside it)
             # can leave its process unusable, and a graph can miss work its calls do (a launch on
             # the legacy default stream): a job that failed in either is timed again with events,
@@ -154,8 +144,8 @@ class Evaluator:
             # inside a capture (``Performance.capturable``).
             first = _last_log_line(outcome)
             self.sandboxes.retire()
-            without = replace(options, allow_graph=False)
-            outcome = self._in_sandbox(definition, solution, workload, without, blob_root, notify)
+            without = replace(job, options=replace(job.options, allow_graph=False))
+            outcome = self._in_sandbox(without, notify)
             evaluation = outcome.trace.evaluation if outcome.trace is not None else None
             if evaluation is not None:
                 evaluation.log = (
@@ -168,37 +158,25 @@ class Evaluator:
                     evaluation.performance.capturable = False
         return outcome
 
-    def _in_sandbox(
-        self,
-        definition: Definition,
-        solution: Solution,
-        workload: Workload,
-        options: Options,
-        blob_root: Path | None,
-        notify: Callable[[str], None],
-    ) -> Outcome:
+    def _in_sandbox(self, job: Job, notify: Callable[[str], None]) -> Outcome:
         """One evaluation in the sandbox serving the solution: what it printed goes to the trace,
         and processes it left running fail it."""
         self._capture_failed = False
         try:
-            sandbox = self.sandboxes.for_solution(solution.content_hash())
+            sandbox = self.sandboxes.for_solution(job.solution.content_hash())
         except SandboxDied as died:
-            return self._failed(definition, solution, workload, Status.RUNTIME_ERROR, str(died))
+            return self._failed(job, Status.RUNTIME_ERROR, str(died))
         offset = sandbox.log_size()
         try:
-            outcome = self._evaluate_in(
-                sandbox, definition, solution, workload, options, blob_root, notify
-            )
+            outcome = self._evaluate_in(sandbox, job, notify)
         except SandboxDied as died:
             self.sandboxes.retire()
-            outcome = self._failed(definition, solution, workload, Status.RUNTIME_ERROR, str(died))
+            outcome = self._failed(job, Status.RUNTIME_ERROR, str(died))
         strays = sandbox.strays() if sandbox.alive() else []
         if strays:
             self.sandboxes.retire()
             outcome = self._failed(
-                definition,
-                solution,
-                workload,
+                job,
                 Status.RUNTIME_ERROR,
                 f"the solution left {len(strays)} process(es) running after its job "
                 f"(pids {', '.join(map(str, strays[:8]))}); they were killed",
@@ -209,44 +187,35 @@ class Evaluator:
             trace.evaluation.log = (trace.evaluation.log + "\n--- output ---\n" + printed)[-8000:]
         return outcome
 
-    def _evaluate_in(
-        self,
-        sandbox: Sandbox,
-        definition: Definition,
-        solution: Solution,
-        workload: Workload,
-        options: Options,
-        blob_root: Path | None,
-        notify: Callable[[str], None],
-    ) -> Outcome:
-        build = self._build(sandbox, definition, solution)
+    def _evaluate_in(self, sandbox: Sandbox, job: Job, notify: Callable[[str], None]) -> Outcome:
+        build = self._build(sandbox, job)
         if "skipped" in build:
             return Outcome(skipped=str(build["skipped"]))
         if "ok" not in build:
             log = str(build.get("build_error") or build.get("error") or build)
-            return self._failed(definition, solution, workload, Status.COMPILE_ERROR, log)
+            return self._failed(job, Status.COMPILE_ERROR, log)
         if (
             self.device.type != "cuda"
-            and solution.spec.language in (Language.CUDA, Language.CPP)
-            and solution.runs_on("cuda")
+            and job.solution.spec.language in (Language.CUDA, Language.CPP)
+            and job.solution.runs_on("cuda")
         ):
             arch = build.get("metadata", {}).get("arch", "the GPU")
             return Outcome(skipped=f"compiled for {arch}; not run: no GPU here")
         notify("running")
         try:
-            reference = self._reference(definition, options)
+            reference = self._reference(job)
         except ReferenceFailed as failed:  # the dataset's fault: nothing to judge
             return Outcome(skipped=str(failed))
-        job = Job(
-            definition,
-            workload,
-            definition.resolve_axes(workload.axes),
+        checked = CheckedJob(
+            job.definition,
+            job.workload,
+            job.definition.resolve_axes(job.workload.axes),
             reference,
-            options,
-            blob_root,
+            job.options,
+            job.blob_root,
             bool(build.get("dps")),
         )
-        outcome = self._judged(SetMaker(self.arena, sandbox, job, self.device), solution)
+        outcome = self._judged(SetMaker(self.arena, sandbox, checked, self.device), job)
         try:
             # Stopped until its definition's next job: nothing of it runs beside another
             # definition's. A process it left running makes this job's verdict the dataset's.
@@ -255,50 +224,40 @@ class Evaluator:
             return Outcome(skipped=str(failed))
         return outcome
 
-    def _judged(self, sets: SetMaker, solution: Solution) -> Outcome:
-        """Correct before fast: the checks, then the timing and its checks (``timing_check``)."""
-        job = sets.job
-        definition, workload, options = job.definition, job.workload, job.options
+    def _judged(self, sets: SetMaker, job: Job) -> Outcome:
+        """Correct before fast: the checks, then the timing and its checks (``timing_check``).
+        ``sets`` make the inputs of ``job``, the job whose trace this is."""
         try:
             correctness = self._check(sets)
             performance = Performance(timing_mode="not_timed")
             log = ""
-            if options.timing:
+            if job.options.timing:
                 from kernelarena.evaluate.judge.timing_check import time_and_verify
 
                 self._settle()
                 # A spare still starting is stopped while the judge times, not waited for.
                 with self.sandboxes.spares_stopped():
                     performance, log = time_and_verify(sets, self)
-            return Outcome(
-                self._trace(
-                    definition, solution, workload, Status.PASSED, log, correctness, performance
-                )
-            )
+            passed = job.make_trace(self.environment, Status.PASSED, log, correctness, performance)
+            return Outcome(passed)
         except ReferenceFailed as failed:  # the dataset's fault, found first: not a verdict
             return Outcome(skipped=str(failed))
         except InputsError as error:  # the definition's, not the solution's: nothing to judge
             return Outcome(skipped=f"inputs cannot be generated: {error}")
         except SolutionFailed as failure:
-            return self._solution_failed(failure, definition, solution, workload)
+            return self._solution_failed(failure, job)
         except TimingRejected as rejected:
-            return self._failed(definition, solution, workload, Status.RUNTIME_ERROR, str(rejected))
+            return self._failed(job, Status.RUNTIME_ERROR, str(rejected))
         except CheckFailed as failure:
-            trace = self._trace(
-                definition, solution, workload, failure.status, failure.log, failure.correctness
+            trace = job.make_trace(
+                self.environment, failure.status, failure.log, failure.correctness
             )
             return Outcome(trace)
         finally:
             self._capture_failed = sets.capture_failed
             sets.forget_all()
 
-    def _solution_failed(
-        self,
-        failure: SolutionFailed,
-        definition: Definition,
-        solution: Solution,
-        workload: Workload,
-    ) -> Outcome:
+    def _solution_failed(self, failure: SolutionFailed, job: Job) -> Outcome:
         if failure.kind == "unsupported":
             # A solution (typically a peer library) that declines this case: not a failure.
             last = failure.log.strip().splitlines()[-1:] or [""]
@@ -310,13 +269,14 @@ class Evaluator:
             log += "\nThe solution's CUDA context is no longer usable; its process is replaced."
             self.sandboxes.retire()
             fatal = self.device.type == "cuda" and not device_healthy(self.device)
-        return Outcome(self._trace(definition, solution, workload, status, log), fatal=fatal)
+        return Outcome(job.make_trace(self.environment, status, log), fatal=fatal)
 
     # -- caches ---------------------------------------------------------------------------------
 
-    def _build(
-        self, sandbox: Sandbox, definition: Definition, solution: Solution
-    ) -> dict[str, Any]:
+    def _build(self, sandbox: Sandbox, job: Job) -> dict[str, Any]:
+        """The job's solution built for its definition in ``sandbox`` (the solution's own), once
+        per definition."""
+        definition, solution = job.definition, job.solution
         key = definition.content_hash()
         if key not in sandbox.builds:
             sandbox.builds[key] = sandbox.request(
@@ -324,25 +284,25 @@ class Evaluator:
             )
         return sandbox.builds[key]
 
-    def _reference(self, definition: Definition, options: Options) -> Reference:
-        return self.references.get(definition, options.reference_timeout_s)
+    def _reference(self, job: Job) -> Reference:
+        return self.references.get(job.definition, job.options.reference_timeout_s)
 
     # -- check ----------------------------------------------------------------------------------
 
     def _check(self, sets: SetMaker) -> Correctness:
-        job = sets.job
+        checked = sets.job
         worst = Correctness(max_absolute_error=0.0, max_relative_error=0.0)
-        for trial in range(job.options.trials):
+        for trial in range(checked.options.trials):
             mark = self.arena.mark()
             distribution = TRIAL_DISTRIBUTIONS[trial % len(TRIAL_DISTRIBUTIONS)]
-            seed = seed_for(job.workload, f"trial{trial}")
+            seed = seed_for(checked.workload, f"trial{trial}")
             prepared = sets.make(seed, keep_private=True, distribution=distribution)
             expected = sets.expected(prepared)
             produced = sets.call(prepared)
             comparisons = sets.compare_all(produced, expected, prepared)
             worst = merge(worst, comparisons)
             failed = [c for c in comparisons if not c.ok]
-            which = f"trial {trial + 1} of {job.options.trials}{_drawn(distribution)}"
+            which = f"trial {trial + 1} of {checked.options.trials}{_drawn(distribution)}"
             if failed:
                 log = f"{which}: " + "; ".join(c.describe() for c in failed)
                 if self._passes_elsewhere(sets, prepared):
@@ -373,26 +333,5 @@ class Evaluator:
 
     # -- traces ---------------------------------------------------------------------------------
 
-    def _trace(
-        self,
-        definition: Definition,
-        solution: Solution,
-        workload: Workload,
-        status: Status,
-        log: str,
-        correctness: Correctness | None = None,
-        performance: Performance | None = None,
-    ) -> Trace:
-        return make_trace(
-            definition, solution, workload, self.environment, status, log, correctness, performance
-        )
-
-    def _failed(
-        self,
-        definition: Definition,
-        solution: Solution,
-        workload: Workload,
-        status: Status,
-        log: str,
-    ) -> Outcome:
-        return Outcome(self._trace(definition, solution, workload, status, log))
+    def _failed(self, job: Job, status: Status, log: str) -> Outcome:
+        return Outcome(job.make_trace(self.environment, status, log))

@@ -120,7 +120,7 @@ def _serve_profiled(conn: Connection, evaluator: Evaluator, log_path: str, folde
         profiler.dump_stats(str(folder / f"worker-{os.getpid()}.prof"))
 
 
-def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
+def _serve(conn: Connection, evaluator: Evaluator, log_path: str) -> None:
     """Answers jobs until the parent says stop or goes away. Each result carries where the job's
     time went (``stage_clock``), with ``idle``, the wait for the job since the last reply (the
     executor's latency, or builds not done), and ``sent_at``, the ``time.monotonic`` of the reply,
@@ -137,8 +137,8 @@ def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
             return
         idle = time.monotonic() - idle_since
         JOB_STAGES.begin("decode")
-        _, job_id, job = message
-        result = _evaluate(conn, evaluator, log_path, job_id, job)
+        _, job_id, payload = message
+        result = _evaluate(conn, evaluator, log_path, job_id, payload)
         result["stages"] = dict(JOB_STAGES.take(), idle=round(idle, 6))
         result["sent_at"] = time.monotonic()
         conn.send((Message.RESULT, job_id, result))
@@ -150,27 +150,17 @@ def _serve(conn: Connection, evaluator: Any, log_path: str) -> None:
 
 
 def _evaluate(
-    conn: Connection, evaluator: Any, log_path: str, job_id: int, job: dict[str, Any]
+    conn: Connection, evaluator: Evaluator, log_path: str, job_id: int, payload: dict[str, Any]
 ) -> dict[str, Any]:
     """One job's result for the executor: its trace as JSON, or the fault of kernelarena's own."""
-    from kernelarena.data import Definition, Solution, Workload
     from kernelarena.evaluate.judge.stage_clock import JOB_STAGES
-    from kernelarena.evaluate.options import Options
+    from kernelarena.evaluate.options import Job
 
     start = _log_size(log_path)
     try:
-        models = (
-            Definition.model_validate(job["definition"]),
-            Solution.model_validate(job["solution"]),
-            Workload.model_validate(job["workload"]),
-        )
+        job = Job.from_payload(job_id, payload)
         JOB_STAGES.switch("sandbox_start")
-        outcome = evaluator.evaluate(
-            *models,
-            Options(**job["options"]),
-            Path(job["blob_root"]) if job.get("blob_root") else None,
-            notify=_notifier(conn, job_id),
-        )
+        outcome = evaluator.evaluate(job, notify=_notifier(conn, job_id))
     except Exception:  # a fault of kernelarena itself: report it, keep serving
         return {"internal_error": traceback.format_exc(), "fatal": False}
     JOB_STAGES.switch("reply")
