@@ -3,6 +3,7 @@ sources as ``_shared/<file>``, so the solution (and its export to FlashInfer-Tra
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from kernelarena.cli import app
 from kernelarena.data import SourceFile
-from kernelarena.library import load_library
+from kernelarena.library import load_library, operator_specs
 from kernelarena.library._spec import (
     SHARED_FOLDER,
     SHARED_PREFIX,
@@ -32,13 +33,22 @@ def test_every_shared_file_a_source_names_is_embedded() -> None:
             assert shared_references(source.path, source.content) <= embedded, solution.name
 
 
-def test_every_shared_file_is_embedded_somewhere() -> None:
+def test_every_shared_file_is_embedded_or_inlined_somewhere() -> None:
+    """Used by a solution (embedded) or by a reference (inlined: see test_composed_reference)."""
     used = {
         f.path.removeprefix(SHARED_PREFIX)
         for s in load_library().solutions.values()
         for f in s.sources
         if f.path.startswith(SHARED_PREFIX)
     }
+    for spec in operator_specs():
+        statements = ast.parse((spec.folder / spec.reference).read_text(encoding="utf-8")).body
+        used |= {
+            f"{s.module.removeprefix('kernelarena.library._shared.')}.py"
+            for s in statements
+            if isinstance(s, ast.ImportFrom)
+            and (s.module or "").startswith("kernelarena.library._shared.")
+        }
     present = {p.name for p in SHARED_FOLDER.iterdir() if p.suffix in (".py", ".cuh")}
     assert present == used
 

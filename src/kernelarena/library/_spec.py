@@ -13,10 +13,16 @@ the sources into one folder, put that folder on the include path of a CUDA build
 Python entry as a member of a package made of it. So ``#include "_shared/rows.cuh"`` (from a shared
 header too) and ``from ._shared import tuning`` (``from . import tuning`` inside ``_shared``)
 resolve the same way in both, and in an exported dataset.
+
+A reference is one self-contained text in its Definitions. It may still import a module of
+``library/_shared/`` (``from kernelarena.library._shared.<module> import <names>``, so the file
+is plain, importable Python in the repository): ``composed_reference`` inlines that module into
+the text a Definition carries.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import uuid
 from collections.abc import Mapping
@@ -187,6 +193,64 @@ def _embedded(folder: Path, spec: SolutionSpec, sources: list[SourceFile]) -> li
     return embedded
 
 
+_SHARED_MODULE = "kernelarena.library._shared."
+
+
+def _split(path: Path, text: str) -> tuple[str, list[ast.Import | ast.ImportFrom], str]:
+    """A Python file as (its lines before its leading imports, those imports, its lines after)."""
+    statements = ast.parse(text, filename=str(path)).body
+    first = statements[0] if statements else None
+    docstring = int(isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant))
+    imports: list[ast.Import | ast.ImportFrom] = []
+    for statement in statements[docstring:]:
+        if not isinstance(statement, (ast.Import, ast.ImportFrom)):
+            break
+        imports.append(statement)
+    if imports:
+        start, end = imports[0].lineno - 1, imports[-1].end_lineno or 0
+    else:  # the lines before the body are the docstring's, if any
+        start = end = (first.end_lineno or 0) if first is not None and docstring else 0
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:start]), imports, "".join(lines[end:])
+
+
+def composed_reference(path: Path, shared_folder: Path = SHARED_FOLDER) -> str:
+    """The reference text a Definition carries: ``path``'s, with each module of library/_shared/
+    it imports among its leading imports (``from kernelarena.library._shared.<module> import
+    <names>``) inlined, so that the text stands alone: the file's lines before its imports, the
+    union of both files' other imports, the shared module's body (without what precedes its
+    imports, such as its docstring), then the file's own body. A file importing no shared module is
+    returned as it is. A shared module is not composed in turn: it must not import kernelarena."""
+    text = path.read_text(encoding="utf-8")
+    head, imports, body = _split(path, text)
+    kept, inlined, bodies = [], [], {}
+    for statement in imports:
+        module = (statement.module or "") if isinstance(statement, ast.ImportFrom) else ""
+        if not module.startswith(_SHARED_MODULE):
+            kept.append(ast.get_source_segment(text, statement) or "")
+            continue
+        shared = shared_folder / f"{module.removeprefix(_SHARED_MODULE)}.py"
+        if not shared.is_file():
+            raise ValueError(f"{path}: imports {module}, but {shared} does not exist")
+        shared_text = shared.read_text(encoding="utf-8")
+        _, shared_imports, bodies[shared] = _split(shared, shared_text)
+        inlined += [ast.get_source_segment(shared_text, s) or "" for s in shared_imports]
+    for line in [*kept, *inlined]:
+        if "kernelarena" in line:
+            raise ValueError(
+                f"{path}: its reference would import {line!r}; only the reference file's own "
+                f"'from {_SHARED_MODULE}<module> import ...' lines are inlined"
+            )
+    if not bodies:
+        return text
+    # Unique, the shared modules' imports first (as their bodies come first), __future__ at the top.
+    merged = sorted(
+        dict.fromkeys([*inlined, *kept]), key=lambda s: not s.startswith("from __future__")
+    )
+    parts = ["\n".join(merged), *(b.strip("\n") for b in bodies.values()), body.strip("\n")]
+    return head + "\n\n\n".join(parts) + "\n"
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     axes: Mapping[str, int]
@@ -218,7 +282,7 @@ class OperatorSpec:
         return f"{self.name}_{variant.suffix}" if variant.suffix else self.name
 
     def definitions(self) -> list[Definition]:
-        reference = (self.folder / self.reference).read_text(encoding="utf-8")
+        reference = composed_reference(self.folder / self.reference)
         return [self._definition(v, reference) for v in self.variants]
 
     def _definition(self, variant: Variant, reference: str) -> Definition:

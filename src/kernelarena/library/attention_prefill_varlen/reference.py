@@ -2,35 +2,7 @@ import math
 
 import torch
 
-# Rows of queries per chunk keep one chunk of scores under this many float32 elements (512 MB).
-_SCORE_ELEMENTS = 1 << 27
-
-
-def _attend_one(q, k, v, sm_scale, causal):
-    """q [heads, seq_q, dim], k and v [heads, seq_kv, dim], float32 with equal heads; causal mask
-    aligned bottom-right; a query that sees no key gets o = 0 and lse = -inf."""
-    heads, seq_q, _ = q.shape
-    seq_kv = k.shape[1]
-    o = torch.zeros(heads, seq_q, v.shape[-1], dtype=torch.float32, device=q.device)
-    lse = torch.full((heads, seq_q), -math.inf, dtype=torch.float32, device=q.device)
-    if seq_q == 0 or seq_kv == 0:
-        return o, lse
-    rows = max(1, _SCORE_ELEMENTS // (heads * seq_kv))
-    keys = torch.arange(seq_kv, device=q.device)
-    for start in range(0, seq_q, rows):
-        stop = min(seq_q, start + rows)
-        scores = torch.matmul(q[:, start:stop], k.transpose(1, 2)) * sm_scale
-        if causal:
-            queries = torch.arange(start, stop, device=q.device)
-            hidden = keys[None, :] > queries[:, None] + (seq_kv - seq_q)
-            scores = scores.masked_fill(hidden, -math.inf)
-        chunk_lse = torch.logsumexp(scores, dim=-1)
-        seen = torch.isfinite(chunk_lse)
-        weights = torch.exp(scores - torch.where(seen, chunk_lse, 0.0)[..., None])
-        weights = torch.where(seen[..., None], weights, 0.0)
-        o[:, start:stop] = torch.matmul(weights, v)
-        lse[:, start:stop] = chunk_lse
-    return o, lse
+from kernelarena.library._shared.attention_reference import attend_heads
 
 
 def run(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal):
@@ -50,7 +22,7 @@ def run(q, k, v, cu_seqlens_q, cu_seqlens_k, sm_scale, causal):
         queries = q[q0:q1].float().transpose(0, 1)
         keys = k[k0:k1].float().transpose(0, 1).repeat_interleave(group, dim=0)
         values = v[k0:k1].float().transpose(0, 1).repeat_interleave(group, dim=0)
-        o_i, lse_i = _attend_one(queries, keys, values, float(sm_scale), bool(causal))
+        o_i, lse_i = attend_heads(queries, keys, values, float(sm_scale), bool(causal))
         o[q0:q1] = o_i.transpose(0, 1).to(q.dtype)
         lse[q0:q1] = lse_i.transpose(0, 1)
     return o, lse
