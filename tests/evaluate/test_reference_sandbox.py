@@ -15,7 +15,7 @@ from kernelarena.data import AxisVar, Definition, RandomInput, TensorSpec, Workl
 from kernelarena.evaluate.judge.crosscheck import EVENT_MODES
 from kernelarena.evaluate.judge.reference_sandbox import SandboxedReference
 from kernelarena.evaluate.judge.references import InJudgeReference, Reference
-from kernelarena.evaluate.judge.shared_sets import Job
+from kernelarena.evaluate.judge.shared_sets import CheckedJob
 from kernelarena.evaluate.options import Options
 from kernelarena.evaluate.sandbox.sandboxes import Sandboxes
 from kernelarena.library import load_library
@@ -40,9 +40,9 @@ def sandboxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandboxes]:
         made.close()
 
 
-def _job(definition: Definition, workload: Workload, reference: Reference) -> Job:
+def _job(definition: Definition, workload: Workload, reference: Reference) -> CheckedJob:
     axes = definition.resolve_axes(workload.axes)
-    return Job(definition, workload, axes, reference, Options(), None, True)
+    return CheckedJob(definition, workload, axes, reference, Options(), None, True)
 
 
 def _workload(name: str, param: str | None) -> Workload:

@@ -33,8 +33,7 @@ from kernelarena.data import (
 from kernelarena.evaluate.judge.crosscheck import TimingRejected
 from kernelarena.evaluate.judge.reference_sandbox import References
 from kernelarena.evaluate.judge.references import Reference, ReferenceFailed
-from kernelarena.evaluate.judge.shared_sets import Job as CheckedJob
-from kernelarena.evaluate.judge.shared_sets import SetMaker, SharedSet
+from kernelarena.evaluate.judge.shared_sets import CheckedJob, SetMaker, SharedSet
 from kernelarena.evaluate.judge.verdicts import CheckFailed, SolutionFailed, merge, with_details
 from kernelarena.evaluate.judge.warm_up import JudgeWarmUp
 from kernelarena.evaluate.options import Job

@@ -40,7 +40,7 @@ from kernelarena.evaluate.sandbox.timing import Timing
 from kernelarena.runtime.inputs import Distribution, PlainInputs, Value
 
 if TYPE_CHECKING:
-    from kernelarena.evaluate.judge.shared_sets import Job
+    from kernelarena.evaluate.judge.shared_sets import CheckedJob
 
 Place = tuple[torch.dtype, tuple[int, ...], tuple[int, ...]]  # dtype, shape, strides
 # Draws and the reference's outputs for them kept for the next job of the workload, in all.
@@ -113,7 +113,7 @@ class SandboxedReference(Reference):
     # -- the judge's requests -------------------------------------------------------------------
 
     def draw(
-        self, job: Job, device: torch.device, seed: int, distribution: Distribution
+        self, job: CheckedJob, device: torch.device, seed: int, distribution: Distribution
     ) -> dict[str, Value]:
         key = (job.workload.uuid, seed, distribution)
         kept = self._kept.get(key)
@@ -122,7 +122,9 @@ class SandboxedReference(Reference):
             self._kept.put(key, kept)
         return dict(kept)  # the caller's dict; the tensors are read, never written, by the judge
 
-    def shape_inputs(self, job: Job, drawn: PlainInputs, device: torch.device) -> dict[str, Value]:
+    def shape_inputs(
+        self, job: CheckedJob, drawn: PlainInputs, device: torch.device
+    ) -> dict[str, Value]:
         names = list(self.definition.inputs)
         keys = [("inputs", name, job.workload.uuid) for name in names]
         guessed = [name for name, key in zip(names, keys, strict=True) if key in self._layouts]
@@ -142,7 +144,11 @@ class SandboxedReference(Reference):
         return dict(zip(names, values, strict=True))  # type: ignore[arg-type]
 
     def outputs_many(
-        self, job: Job, draws: list[dict[str, Value]], expected: bool = True, precise: bool = False
+        self,
+        job: CheckedJob,
+        draws: list[dict[str, Value]],
+        expected: bool = True,
+        precise: bool = False,
     ) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
         found = [
             [self._kept.outputs(inputs, False), self._kept.outputs(inputs, True)]
@@ -168,7 +174,7 @@ class SandboxedReference(Reference):
         ]
 
     def _computed(
-        self, job: Job, draws: list[dict[str, Value]], wanted: tuple[bool, bool]
+        self, job: CheckedJob, draws: list[dict[str, Value]], wanted: tuple[bool, bool]
     ) -> list[list[dict[str, torch.Tensor]]]:
         """For each draw, the runs ``wanted`` (in the definition's dtypes, in float64), all in
         one request."""
@@ -199,7 +205,7 @@ class SandboxedReference(Reference):
         return results
 
     def time(
-        self, job: Job, device: torch.device, draws: list[dict[str, Value]], graph: bool
+        self, job: CheckedJob, device: torch.device, draws: list[dict[str, Value]], graph: bool
     ) -> Timing:
         self.arena.reset()
         names = list(self.definition.inputs)
@@ -212,7 +218,7 @@ class SandboxedReference(Reference):
 
     # -- the arena and the sandbox ----------------------------------------------------------------
 
-    def _guess(self, job: Job, key: tuple[str, str, str]) -> Place:
+    def _guess(self, job: CheckedJob, key: tuple[str, str, str]) -> Place:
         """Where a result should fit: the output's dtype and shape; for the float64 run, float64
         where the output is of a float type that upcasts."""
         group, name, _ = key

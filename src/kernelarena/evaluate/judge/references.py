@@ -38,7 +38,7 @@ from kernelarena.runtime.inputs import (
 )
 
 if TYPE_CHECKING:
-    from kernelarena.evaluate.judge.shared_sets import Job
+    from kernelarena.evaluate.judge.shared_sets import CheckedJob
 
 
 class ReferenceFailed(Exception):
@@ -77,7 +77,7 @@ class Reference:
         """After each job: nothing of the reference runs until its next one."""
 
     def draw(
-        self, job: Job, device: torch.device, seed: int, distribution: Distribution
+        self, job: CheckedJob, device: torch.device, seed: int, distribution: Distribution
     ) -> dict[str, Value]:
         """A set of the workload's inputs (``runtime.inputs.generate_inputs``, with the
         reference's ``make_inputs`` run where it runs)."""
@@ -92,25 +92,35 @@ class Reference:
         check_value_constraints(definition, job.axes, inputs, shaped_origins(drawn.origins, inputs))
         return inputs
 
-    def shape_inputs(self, job: Job, drawn: PlainInputs, device: torch.device) -> dict[str, Value]:
+    def shape_inputs(
+        self, job: CheckedJob, drawn: PlainInputs, device: torch.device
+    ) -> dict[str, Value]:
         raise NotImplementedError
 
     def outputs(
-        self, job: Job, inputs: dict[str, Value], expected: bool = True, precise: bool = False
+        self,
+        job: CheckedJob,
+        inputs: dict[str, Value],
+        expected: bool = True,
+        precise: bool = False,
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The reference's outputs for ``inputs`` (where ``expected``; else empty) and those of its
         run on them upcast to float64 (where ``precise``; empty where it cannot run so)."""
         return self.outputs_many(job, [inputs], expected, precise)[0]
 
     def outputs_many(
-        self, job: Job, draws: list[dict[str, Value]], expected: bool = True, precise: bool = False
+        self,
+        job: CheckedJob,
+        draws: list[dict[str, Value]],
+        expected: bool = True,
+        precise: bool = False,
     ) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
         """``outputs`` for each of ``draws``, as few requests as it takes where the reference
         runs elsewhere."""
         raise NotImplementedError
 
     def time(
-        self, job: Job, device: torch.device, draws: list[dict[str, Value]], graph: bool
+        self, job: CheckedJob, device: torch.device, draws: list[dict[str, Value]], graph: bool
     ) -> Timing:
         """The reference timed over ``draws`` as its solution was (``reference_runs``)."""
         raise NotImplementedError
@@ -140,7 +150,9 @@ class InJudgeReference(Reference):
         self.shapes_inputs = callable(self.hook)
         self.confinement = "not confined: " + where_references_run()
 
-    def shape_inputs(self, job: Job, drawn: PlainInputs, device: torch.device) -> dict[str, Value]:
+    def shape_inputs(
+        self, job: CheckedJob, drawn: PlainInputs, device: torch.device
+    ) -> dict[str, Value]:
         params = dict(job.workload.params or {})
         try:
             made = self.hook(dict(job.axes), drawn.inputs, params, drawn.generator, device)  # type: ignore[misc]
@@ -151,7 +163,11 @@ class InJudgeReference(Reference):
             ) from None
 
     def outputs_many(
-        self, job: Job, draws: list[dict[str, Value]], expected: bool = True, precise: bool = False
+        self,
+        job: CheckedJob,
+        draws: list[dict[str, Value]],
+        expected: bool = True,
+        precise: bool = False,
     ) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
         return [self._outputs(inputs, expected, precise) for inputs in draws]
 
@@ -172,7 +188,7 @@ class InJudgeReference(Reference):
         return found, upcast
 
     def time(
-        self, job: Job, device: torch.device, draws: list[dict[str, Value]], graph: bool
+        self, job: CheckedJob, device: torch.device, draws: list[dict[str, Value]], graph: bool
     ) -> Timing:
         arguments = [[d[name] for name in self.definition.inputs] for d in draws]
         options: dict[str, Any] = asdict(job.options)

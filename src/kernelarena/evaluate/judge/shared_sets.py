@@ -53,7 +53,10 @@ KEPT_BOUNDS = 4
 
 
 @dataclass(frozen=True)
-class Job:
+class CheckedJob:
+    """A job as the judge checks it: an executor's ``Job`` (``evaluate.options``) with its axes
+    resolved, where its reference runs, and whether its solution writes into given outputs."""
+
     definition: Definition
     workload: Workload
     axes: dict[str, int]
@@ -84,7 +87,9 @@ class SharedSet:
 
 
 class SetMaker:
-    def __init__(self, arena: Arena, sandbox: Sandbox, job: Job, device: torch.device) -> None:
+    def __init__(
+        self, arena: Arena, sandbox: Sandbox, job: CheckedJob, device: torch.device
+    ) -> None:
         self.arena = arena
         self.sandbox = sandbox
         self.job = job

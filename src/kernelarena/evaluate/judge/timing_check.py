@@ -37,7 +37,7 @@ from kernelarena.evaluate.judge.judge_clock import (
     judge_clock,
 )
 from kernelarena.evaluate.judge.pass_check import after_pass, before_pass, check_reply
-from kernelarena.evaluate.judge.shared_sets import Job, SetMaker, SharedSet, in_place
+from kernelarena.evaluate.judge.shared_sets import CheckedJob, SetMaker, SharedSet, in_place
 from kernelarena.evaluate.judge.stage_clock import phase, staged
 from kernelarena.evaluate.judge.verdicts import (
     LEFT_RUNNING,
@@ -134,7 +134,7 @@ def _probe(sets: SetMaker, timed: list[SharedSet], options: dict[str, Any]) -> t
     return reply.get("graph") is True, probe_failed
 
 
-def _costs(job: Job) -> tuple[float | None, float | None]:
+def _costs(job: CheckedJob) -> tuple[float | None, float | None]:
     """The workload's bytes moved and FLOPs, from its definition's cost expressions."""
     scalars = {n: v.value for n, v in job.workload.inputs.items() if isinstance(v, ScalarInput)}
     return (

@@ -9,7 +9,7 @@ from kernelarena.data import Correctness, Status
 from kernelarena.runtime.compare import Comparison
 
 if TYPE_CHECKING:
-    from kernelarena.evaluate.judge.shared_sets import Job
+    from kernelarena.evaluate.judge.shared_sets import CheckedJob
 
 
 class CheckFailed(Exception):
@@ -53,7 +53,7 @@ def expect_stream_order(reply: dict[str, Any], what: str) -> None:
         )
 
 
-def check_returned(job: Job, returned: Any) -> None:
+def check_returned(job: CheckedJob, returned: Any) -> None:
     """A value-returning call's results, as the sandbox describes them: count, type, dtype, shape.
     (The values themselves are read from the judge's own buffers.)"""
     definition = job.definition
