@@ -203,14 +203,16 @@ class Sandbox:
 
 
 class Sandboxes:
-    """At most one sandbox with a solution loaded per judge. On a GPU, ``spares`` start ahead: a
-    sandbox takes seconds to import torch and make its CUDA context, often longer than a
-    solution's jobs, so three start beside the work (a GPU machine has cores to spare): the first
-    solution's and its definition's reference's at once, and the next solution's, which a spare
-    started after the first job could not be in time for, since spares are stopped while the judge
-    times (on an H100, 1.2 s of waiting for the second of three solutions of 8 jobs each). On the CPU,
-    inside the walls, each sandbox is forked from a ``zygote`` when it is needed instead (tens of
-    milliseconds; ``KERNELARENA_ZYGOTE=0`` starts them as programs, one spare ahead)."""
+    """At most one sandbox with a solution loaded per judge. Inside the walls, each sandbox is
+    forked from a ``zygote`` that imported torch once: on the CPU when it is needed (tens of
+    milliseconds), on a GPU one ``spare`` ahead (a fork makes its CUDA context, a few tenths of a
+    second). Started as programs (``KERNELARENA_ZYGOTE=0``, or where the walls or a fork's CUDA
+    context cannot stand), a sandbox takes seconds to import torch and make its context, often
+    longer than a solution's jobs: on a GPU three spares start ahead (a GPU machine has cores to
+    spare), the first solution's and its reference's at once and the next solution's, which a
+    spare started after the first job could not be in time for, since spares are stopped while
+    the judge times (on an H100, 1.2 s of waiting for the second of three solutions of 8 jobs
+    each); on the CPU one."""
 
     def __init__(self, device: str, folder: Path, writable: list[str]) -> None:
         self.device = device
@@ -219,17 +221,19 @@ class Sandboxes:
         self.startup_timeout_s = 600.0
         self.zygote: Zygote | None = None
         found = isolation.walls()
-        if not device.startswith("cuda") and found.available and _zygote_wanted():
+        if found.available and _zygote_wanted():
             try:
                 self.zygote = Zygote(device, folder, writable, found)
             except (OSError, ZygoteFailed) as failed:
                 print(f"kernelarena: sandboxes start as programs: {failed}", flush=True)
-        default = "3" if device.startswith("cuda") else "0" if self.zygote else "1"
-        self.spare_count = int(os.environ.get("KERNELARENA_SPARE_SANDBOXES", default))
+        self.spare_count = self._spares_wanted()
         self._spawned = 0
         self._stopped = 0  # the depth of ``spares_stopped``
         self.current: Sandbox | None = None
-        self.spares: list[Sandbox] = [self._spawn() for _ in range(self.spare_count)]
+        # A fork waits for the zygote's start: the first is made when the first job asks for it,
+        # while the judge gets on with its own start.
+        ahead = 0 if self.zygote else self.spare_count
+        self.spares: list[Sandbox] = [self._spawn() for _ in range(ahead)]
 
     def _spawn(self) -> Sandbox:
         self._spawned += 1
@@ -246,6 +250,11 @@ class Sandboxes:
                 self._drop_zygote(str(failed))
         return Sandbox(self.device, log, writable, tmp, self._spawned == 1)
 
+    def _spares_wanted(self) -> int:
+        on_gpu = self.device.startswith("cuda")
+        default = (1 if on_gpu else 0) if self.zygote else (3 if on_gpu else 1)
+        return int(os.environ.get("KERNELARENA_SPARE_SANDBOXES", default))
+
     def _drop_zygote(self, why: str = "") -> None:
         """No more forks: sandboxes start as programs from now (``why`` goes to the log)."""
         if why:
@@ -253,6 +262,7 @@ class Sandboxes:
         if self.zygote is not None:
             self.zygote.close()
             self.zygote = None
+            self.spare_count = self._spares_wanted()
 
     def for_solution(self, key: str) -> Sandbox:
         """The sandbox serving ``key``: the current one if it does, else the oldest spare (or a
@@ -275,7 +285,10 @@ class Sandboxes:
                     spare.wait_ready(self.startup_timeout_s)
                     return spare
                 except SandboxDied:
+                    fork_failed = spare.process.poll() == FORK_FAILED
                     spare.retire()
+                    if fork_failed and self.zygote is not None:
+                        self._drop_zygote(spare.log_since(0, 2000))
             sandbox = self._spawn()
             try:
                 sandbox.wait_ready(self.startup_timeout_s)

@@ -1,4 +1,4 @@
-"""CPU sandboxes forked from one template process, so that torch is imported once per worker.
+"""Sandboxes forked from one template process, so that torch is imported once per worker.
 
 A CPU sandbox spent about 2 s of a core importing torch before serving its one solution; a run of
 the built-in library starts over a hundred, and on a two-core machine that was most of
@@ -16,8 +16,11 @@ judge. Each fork, before anything of its solution exists:
 - then raises the layers every sandbox raises (``confine.confine_sandbox``): no capabilities,
   ``no_new_privs``, Landlock, seccomp (which refuses further namespaces and mounts), limits.
 
-GPU sandboxes are not forked (a CUDA context does not survive a fork, and a GPU machine's spare
-cores start sandboxes ahead instead); nor are they where the walls cannot stand.
+On a GPU the zygote never touches CUDA (a context does not survive a fork): each fork makes its
+own context, before it confines itself (the driver's initialisation fails under Landlock), in a
+few tenths of a second where a sandbox started as a program spends seconds importing torch first.
+A fork whose context cannot be made exits as ``FORK_FAILED``, and the judge starts its sandboxes
+as programs from then on. Sandboxes are not forked where the walls cannot stand.
 """
 
 from __future__ import annotations
@@ -102,13 +105,34 @@ def _mounts_beneath(folder: str) -> bool:
 
 def _sandbox(conn_fd: int, device_name: str, tmp: Path, writable: list[str]) -> None:
     """The fork's second process, PID 1 of its namespace: the sandbox itself. Never returns."""
+    import tempfile
+
     from kernelarena.evaluate.sandbox.server import serve
 
     die_with_parent()
     os.environ.update(TMPDIR=str(tmp), HOME=str(tmp))
+    # What the zygote's imports found is hidden here (Triton's CUDA driver compiles its helper
+    # in a temporary folder on first use): the fork's own folder from now on.
+    tempfile.tempdir = None
     os.chdir(tmp)
+    if device_name.startswith("cuda"):
+        _cuda_context(device_name)
     confinement = confine_sandbox(writable)
     serve(Connection(conn_fd), device_name, writable, confinement)
+
+
+def _cuda_context(device_name: str) -> None:
+    """The fork's CUDA context, made before it confines itself; else it ends as ``FORK_FAILED``
+    (nothing of a solution exists yet), and the judge starts sandboxes as programs instead."""
+    import torch
+
+    try:
+        device = torch.device(device_name)
+        torch.cuda.set_device(device)
+        torch.cuda.synchronize(device)
+    except Exception as error:
+        print(f"kernelarena sandbox fork: no CUDA context: {error!r}", flush=True)
+        os._exit(FORK_FAILED)
 
 
 def _fork(request: dict[str, Any], conn_fd: int, device_name: str) -> None:
@@ -156,7 +180,8 @@ def main(argv: list[str]) -> None:
 
     line_buffered_output()
     die_with_parent()
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+    if not device_name.startswith("cuda"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
     control = Connection(control_fd)
     import torch  # noqa: F401  (what every fork would import: here once)
 
