@@ -286,7 +286,9 @@ EOF
           --suite all --json --allow-failures > "$OUT/fibprof_$round.json" 2> "$OUT/fibprof_$round.err"
         wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
         python3 -c "import json, sys; from kernelarena.evaluate.executors.job_stages import stage_table
-found = json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], 's', len(found['traces']), 'traces')
+found = json.load(open(sys.argv[1])); statuses = {}
+for trace in found['traces']: statuses[trace['evaluation']['status']] = statuses.get(trace['evaluation']['status'], 0) + 1
+print(sys.argv[2], sys.argv[3], 's', len(found['traces']), 'traces', statuses)
 print('\n'.join(stage_table(found.get('stages', {}), sys.argv[2])))" "$OUT/fibprof_$round.json" $round "$wall"
       done
       python3 -c "import sys; from pathlib import Path; from benchmarks.profiles import summarize; summarize(Path(sys.argv[1]))" "$OUT/prof-fib"
