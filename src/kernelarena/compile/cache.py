@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,17 @@ def sandbox_cache(namespace: str) -> Path:
 LIBRARY_NAMESPACE = "library"
 
 
-@functools.cache
+_LIBRARY_HASHES_LOCK = threading.Lock()
+
+
 def library_solution_hashes() -> frozenset[str]:
+    """Once per process; a caller while another thread reads them (the judge's warm-up) waits."""
+    with _LIBRARY_HASHES_LOCK:
+        return _library_solution_hashes()
+
+
+@functools.cache
+def _library_solution_hashes() -> frozenset[str]:
     from kernelarena.library import library_solutions
 
     return frozenset(s.content_hash() for s in library_solutions().values())
