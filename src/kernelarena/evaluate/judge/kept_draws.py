@@ -49,8 +49,13 @@ class KeptDraws:
         return dict(kept.inputs)
 
     def put(self, key: DrawKey, inputs: dict[str, Value]) -> None:
+        """Kept, the least recently used going first past the budget; a draw larger than the
+        whole budget is not, and everything kept goes: the device's memory is for it now."""
         size = _nbytes(inputs)
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
+        if size > self.budget:
+            self._kept.clear()
+            self._by_tensor.clear()
         if size > self.budget or first is None:
             return
         self._kept[key] = _Kept(inputs, size)
