@@ -205,8 +205,8 @@ class Sandbox:
 class Sandboxes:
     """At most one sandbox with a solution loaded per judge. Inside the walls, each sandbox is
     forked from a ``zygote`` that imported torch once: on the CPU when it is needed (tens of
-    milliseconds), on a GPU one ``spare`` ahead (a fork makes its CUDA context, a few tenths of a
-    second). Started as programs (``KERNELARENA_ZYGOTE=0``, or where the walls or a fork's CUDA
+    milliseconds), on a GPU one ``spare`` ahead, and two as soon as the zygote is up (a fork makes
+    its CUDA context, a few tenths of a second). Started as programs (``KERNELARENA_ZYGOTE=0``, or where the walls or a fork's CUDA
     context cannot stand), a sandbox takes seconds to import torch and make its context, often
     longer than a solution's jobs: on a GPU three spares start ahead (a GPU machine has cores to
     spare), the first solution's and its reference's at once and the next solution's, which a
@@ -230,10 +230,30 @@ class Sandboxes:
         self._spawned = 0
         self._stopped = 0  # the depth of ``spares_stopped``
         self.current: Sandbox | None = None
-        # A fork waits for the zygote's start: the first is made when the first job asks for it,
-        # while the judge gets on with its own start.
-        ahead = 0 if self.zygote else self.spare_count
-        self.spares: list[Sandbox] = [self._spawn() for _ in range(ahead)]
+        self.spares: list[Sandbox] = []
+        self._forking: threading.Thread | None = None
+        if self.zygote is None:
+            self.spares = [self._spawn() for _ in range(self.spare_count)]
+        elif device.startswith("cuda"):
+            # The first job's sandbox and its reference's, forked as soon as the zygote is up, in
+            # a thread: the judge imports torch meanwhile, and the forks make their contexts.
+            self._forking = threading.Thread(
+                target=self._fork_ahead, args=(FORKED_AT_START,), name="fork-ahead", daemon=True
+            )
+            self._forking.start()
+
+    def _fork_ahead(self, count: int) -> None:
+        """``count`` spares forked (the zygote's start waited for). Alone with the sandboxes until
+        ``_forked`` joins it; what fails here, ``fresh`` meets again and reports."""
+        with contextlib.suppress(Exception):
+            for _ in range(count):
+                self.spares.append(self._spawn())
+
+    def _forked(self) -> None:
+        """The forks made at the start, done, before anything else touches the sandboxes."""
+        if self._forking is not None:
+            self._forking.join()
+            self._forking = None
 
     def _spawn(self) -> Sandbox:
         self._spawned += 1
@@ -278,6 +298,7 @@ class Sandboxes:
     def fresh(self) -> Sandbox:
         """A started sandbox that serves nothing yet, for a solution or a definition's reference
         (``reference_sandbox``): the oldest spare, or a new one. The caller owns it."""
+        self._forked()
         try:
             while self.spares:  # a spare that died before it served anything is passed over
                 spare = self.spares.pop(0)
@@ -314,6 +335,7 @@ class Sandboxes:
         call for 7.8 us of host work and 2.9 us of GPU time). Stopped, not waited for: a spare
         starts in the time between timings, and a GPU sandbox takes seconds to start. Nests: the
         outermost resumes them."""
+        self._forked()
         self._stopped += 1
         stopped = list(self.spares) if self._stopped == 1 else []
         for spare in stopped:
@@ -331,6 +353,7 @@ class Sandboxes:
             self.current = None
 
     def close(self) -> None:
+        self._forked()
         self.retire()
         for spare in self.spares:
             spare.retire()
@@ -345,6 +368,10 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("T", "t", "Z", "X")
+
+
+# Forked from the GPU's zygote as soon as it is up: the first job's sandbox and its reference's.
+FORKED_AT_START = 2
 
 
 def _zygote_wanted() -> bool:
