@@ -95,3 +95,35 @@ def test_an_honest_rmsnorm_passes_on_gpu_sets_larger_than_a_chunk(tmp_path: Path
         dataset, devices="cuda:0", options=Options(trials=2, budget_ms=50, max_iterations=20)
     ).run_all()
     _check_all_passed(traces, 3)
+
+
+def test_the_judge_running_out_of_memory_for_a_workloads_sets_is_a_skip_not_a_verdict() -> None:
+    """The judge's own allocations (the arena's buffers, a set's draw) failing for lack of device
+    memory say the workload is too large for this device, nothing of the solution: skipped, with
+    the reason, never a RUNTIME_ERROR trace."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kernelarena.data import Workload
+    from kernelarena.evaluate.judge.evaluator import JUDGE_OUT_OF_MEMORY, Evaluator
+    from kernelarena.evaluate.options import Options
+
+    def make(*arguments: object, **keywords: object) -> None:
+        raise torch.OutOfMemoryError("cuMemCreate: CUDA out of memory (CUDA_ERROR_OUT_OF_MEMORY)")
+
+    forgotten = []
+    workload = Workload(uuid="w", axes={}, inputs={})
+    sets = SimpleNamespace(
+        job=SimpleNamespace(options=Options(trials=2), workload=workload),
+        make=make,
+        capture_failed=False,
+        forget_all=lambda: forgotten.append(True),
+    )
+    evaluator = Evaluator.__new__(Evaluator)
+    evaluator.arena = SimpleNamespace(mark=lambda: (0, 0), rewind=lambda mark: None)
+    outcome = evaluator._judged(sets, SimpleNamespace(options=Options()))  # type: ignore[arg-type]
+    assert outcome.trace is None
+    assert outcome.skipped is not None and outcome.skipped.startswith(JUDGE_OUT_OF_MEMORY)
+    assert "cuMemCreate" in outcome.skipped
+    assert forgotten == [True]  # the job's sets still go

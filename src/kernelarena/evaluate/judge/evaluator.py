@@ -48,6 +48,10 @@ from kernelarena.runtime.inputs import (
     seed_for,
 )
 
+JUDGE_OUT_OF_MEMORY = (
+    "the judge ran out of device memory for this workload's input sets, beside the solution's and "
+    "the reference's processes: too large to judge on this device"
+)
 _REUSED = (
     "the solution reuses results across calls: the same inputs at other addresses pass, so it "
     "returned results cached by input address. "
@@ -243,6 +247,8 @@ class Evaluator:
             return Outcome(skipped=str(failed))
         except InputsError as error:  # the definition's, not the solution's: nothing to judge
             return Outcome(skipped=f"inputs cannot be generated: {error}")
+        except torch.OutOfMemoryError as error:  # the judge's own sets: not the solution's fault
+            return Outcome(skipped=f"{JUDGE_OUT_OF_MEMORY}: {str(error).splitlines()[0][:200]}")
         except SolutionFailed as failure:
             return self._solution_failed(failure, job)
         except TimingRejected as rejected:

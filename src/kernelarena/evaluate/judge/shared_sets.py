@@ -345,12 +345,17 @@ class SetMaker:
                 if s.expected is None and (s.private is not None and s.precise is None) == precise
             ]
             for batch in _batches(wanted):
-                draws = [self.given(s) for s in batch]
-                found = self.job.reference.outputs_many(self.job, draws, precise=precise)
-                for shared, (expected, upcast) in zip(batch, found, strict=True):
-                    shared.expected = expected
-                    if precise:
-                        shared.precise = upcast
+                self._expect_batch(batch, precise)
+
+    def _expect_batch(self, batch: list[SharedSet], precise: bool) -> None:
+        """One request's sets (``expect``); their draws go with the call, before the next batch's
+        are made (a set of the largest workloads takes a tenth of the device's memory)."""
+        draws = [self.given(s) for s in batch]
+        found = self.job.reference.outputs_many(self.job, draws, precise=precise)
+        for shared, (expected, upcast) in zip(batch, found, strict=True):
+            shared.expected = expected
+            if precise:
+                shared.precise = upcast
 
     @staged("all_right")
     def all_right(self, checked: list[SharedSet]) -> bool:
