@@ -16,9 +16,7 @@ from kernelarena.library import SHIPPED_TRACES, load_library
 
 # Solutions whose sources (or definition) changed and whose traces await re-measuring on an H100 and
 # an H200 (scripts/gpu_stage.sh remeasure). Re-measured, a solution leaves this set (the test below
-# fails while a listed solution matches its traces). The prefill definitions' references were
-# re-hashed when their attention moved to library/_shared/attention_reference.py, which staled every
-# trace of them (the varlen flashinfer peers have none: see UNMEASURED).
+# fails while a listed solution matches its traces).
 AWAITING_REMEASURE: set[str] = set()
 
 
