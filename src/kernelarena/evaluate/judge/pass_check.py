@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from kernelarena.data import Correctness, Status
-from kernelarena.evaluate.judge.shared_sets import SetMaker, SharedSet, in_place
+from kernelarena.evaluate.judge.set_checks import in_place
+from kernelarena.evaluate.judge.shared_sets import SetMaker, SharedSet
 from kernelarena.evaluate.judge.stage_clock import staged
 from kernelarena.evaluate.judge.verdicts import (
     CheckFailed,

@@ -37,7 +37,8 @@ from kernelarena.evaluate.judge.judge_clock import (
     judge_clock,
 )
 from kernelarena.evaluate.judge.pass_check import after_pass, before_pass, check_reply
-from kernelarena.evaluate.judge.shared_sets import CheckedJob, SetMaker, SharedSet, in_place
+from kernelarena.evaluate.judge.set_checks import in_place
+from kernelarena.evaluate.judge.shared_sets import CheckedJob, SetMaker, SharedSet
 from kernelarena.evaluate.judge.stage_clock import phase, staged
 from kernelarena.evaluate.judge.verdicts import (
     LEFT_RUNNING,
