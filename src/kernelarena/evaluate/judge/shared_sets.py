@@ -1,5 +1,5 @@
-"""Input sets the judge draws, shares with a sandbox, and checks the sandbox's outputs on (the checks
-themselves: ``set_checks``).
+"""Input sets the judge draws, shares with a sandbox, and checks the sandbox's outputs on (the
+checks themselves: ``set_checks``).
 
 A set is one draw of a workload's inputs plus its output buffers, copied into the arena and bound in
 the sandbox under an id. The judge may keep a private copy of the inputs: the pristine values the

@@ -33,9 +33,10 @@ class JudgeWarmUp:
 
 
 def warm_judge_kernels(device: torch.device) -> None:
-    """The library's solution hashes, which the first build asks for (``compile.cache.namespace_of``: the library's specs read, 0.4-0.6 s on an H100
-    host), then ``judge_ops_once`` on a GPU. Best effort: whatever fails here fails again, and is
-    reported, where the job does it."""
+    """The library's solution hashes, which the first build asks for
+    (``compile.cache.namespace_of``: the library's specs read, 0.4-0.6 s on an H100 host), then
+    ``judge_ops_once`` on a GPU. Best effort: whatever fails here fails again, and is reported,
+    where the job does it."""
     from kernelarena.compile.cache import library_solution_hashes
 
     try:

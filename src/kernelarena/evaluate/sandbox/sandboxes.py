@@ -206,13 +206,13 @@ class Sandboxes:
     """At most one sandbox with a solution loaded per judge. Inside the walls, each sandbox is
     forked from a ``zygote`` that imported torch once: on the CPU when it is needed (tens of
     milliseconds), on a GPU one ``spare`` ahead, and two as soon as the zygote is up (a fork makes
-    its CUDA context, a few tenths of a second). Started as programs (``KERNELARENA_ZYGOTE=0``, or where the walls or a fork's CUDA
-    context cannot stand), a sandbox takes seconds to import torch and make its context, often
-    longer than a solution's jobs: on a GPU three spares start ahead (a GPU machine has cores to
-    spare), the first solution's and its reference's at once and the next solution's, which a
-    spare started after the first job could not be in time for, since spares are stopped while
-    the judge times (on an H100, 1.2 s of waiting for the second of three solutions of 8 jobs
-    each); on the CPU one."""
+    its CUDA context, a few tenths of a second). Started as programs (``KERNELARENA_ZYGOTE=0``, or
+    where the walls or a fork's CUDA context cannot stand), a sandbox takes seconds to import
+    torch and make its context, often longer than a solution's jobs: on a GPU three spares start
+    ahead (a GPU machine has cores to spare), the first solution's and its reference's at once and
+    the next solution's, which a spare started after the first job could not be in time for, since
+    spares are stopped while the judge times (on an H100, 1.2 s of waiting for the second of three
+    solutions of 8 jobs each); on the CPU one."""
 
     def __init__(self, device: str, folder: Path, writable: list[str]) -> None:
         self.device = device
