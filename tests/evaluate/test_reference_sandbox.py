@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -168,6 +169,43 @@ def test_results_of_other_dtypes_and_layouts_arrive_as_they_were(sandboxes: Sand
             _same(expected["turned"], (drawn_here["x"] * 2).t(), "turned")
             assert precise["widened"].dtype == torch.float32
             assert precise["turned"].dtype == torch.float64
+    finally:
+        there.close()
+
+
+@pytest.mark.timeout(600)
+def test_many_sets_in_one_request_each_get_their_own_results(sandboxes: Sandboxes) -> None:
+    """``outputs_many``: the sets of one request, results of layouts not seen yet delivered to
+    measure after it (held by the sandbox one set's after another's), each set its own values,
+    in the definition's dtypes and in float64; asked of the sandbox once."""
+    workload = Workload(uuid="odd-many", axes={"rows": 4, "cols": 6}, inputs={"x": RandomInput()})
+    device = torch.device("cpu")
+    here = InJudgeReference(ODD_RESULTS)
+    there = SandboxedReference(ODD_RESULTS, device, sandboxes)
+    asked: list[str] = []
+    request = there._request
+
+    def counted(*message: Any, **keywords: Any) -> Any:
+        asked.append(message[0])
+        return request(*message, **keywords)
+
+    there._request = counted  # type: ignore[method-assign]
+    try:
+        there.ready(60.0)
+        job = _job(ODD_RESULTS, workload, there)
+        draws = [there.draw(job, device, seed, (1.0, 0.0)) for seed in (11, 12, 13)]
+        asked.clear()
+        found = there.outputs_many(job, draws, precise=True)
+        assert asked.count("expect") == 1, asked
+        for drawn, (expected, precise) in zip(draws, found, strict=True):
+            _same(expected["widened"], drawn["x"].float() * 3, "widened")
+            _same(expected["turned"], (drawn["x"] * 2).t(), "turned")
+            _, precise_here = here.outputs(_job(ODD_RESULTS, workload, here), drawn, precise=True)
+            for key in precise:
+                _same(precise[key], precise_here[key], f"float64 {key}")
+        asked.clear()
+        assert [e["turned"].shape for e, _ in there.outputs_many(job, draws)] == [(6, 4)] * 3
+        assert asked == []  # kept with the draws
     finally:
         there.close()
 
