@@ -92,3 +92,30 @@ def test_the_shortcut_declines_what_it_cannot_decide() -> None:
     assert all_within(values, values, Tolerance(atol=0.0, rtol=1e-3)) is None  # atol near zero
     codes = torch.randint(0, 255, (4, 8), dtype=torch.uint8)  # packed FP4
     assert all_within(codes, codes, tolerance) is None
+
+
+def test_sets_checked_stacked_pass_exactly_where_each_passes_alone() -> None:
+    """The judge compares a pass's sets as one stacked tensor against a bound prepared once
+    (``fast_bound``, ``within_bound``): true only where every set's own ``all_within`` is, with
+    one set wrong (past the tolerance, NaN, infinite on either side) among many right ones."""
+    from kernelarena.runtime.compare import fast_bound, within_bound
+
+    generator = torch.Generator().manual_seed(5)
+    tolerance = Tolerance(atol=1e-2, rtol=1e-2)
+    expected = [(torch.randn(16, 33, generator=generator) * 3).to(torch.bfloat16) for _ in range(6)]
+    stacked_expected, bound = fast_bound(torch.stack(expected), tolerance)
+    right = [e.clone() for e in expected]
+    assert bool(within_bound(torch.stack(right), stacked_expected, bound))
+    for wrong_value in (None, float("nan"), float("inf")):
+        actual = [e.clone() for e in expected]
+        if wrong_value is None:
+            actual[4][2, 7] += 1.0
+        else:
+            actual[4][2, 7] = wrong_value
+        alone = [all_within(a, e, tolerance) for a, e in zip(actual, expected, strict=True)]
+        assert [bool(v) for v in alone] == [True] * 4 + [False, True]
+        assert not bool(within_bound(torch.stack(actual), stacked_expected, bound))
+    infinite = [e.clone() for e in expected]
+    infinite[1][0, 0] = float("inf")
+    stacked_expected, bound = fast_bound(torch.stack(infinite), tolerance)
+    assert not bool(within_bound(torch.stack(infinite), stacked_expected, bound))
