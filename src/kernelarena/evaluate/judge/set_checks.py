@@ -113,10 +113,11 @@ class SetChecks:
         definition = self.job.definition
         self.expect(checked)
         together = self.check_together(checked)
+        outputs = [self.produced(s) for s in checked]
         verdicts = []
         for name in definition.outputs:
             tolerance = definition.tolerance_for(name)
-            produced = [self.produced(s)[name] for s in checked]
+            produced = [output[name] for output in outputs]
             expected = [s.expected[name] for s in checked]  # type: ignore[index]
             if not all(
                 fast_checkable(p, e, tolerance) for p, e in zip(produced, expected, strict=True)
