@@ -27,10 +27,17 @@ def _timing(ms: float) -> Timing:
 
 
 def _stand_ins(
-    monkeypatch: pytest.MonkeyPatch, probe: Timing | Exception, events: Timing
+    monkeypatch: pytest.MonkeyPatch,
+    probe: Timing | Exception,
+    events: Timing,
+    capturable: bool = True,
 ) -> list[str]:
     """Replace the GPU timers the evaluator uses; return the names of those called, in order."""
     called: list[str] = []
+
+    def fake_capture_fails(fn: Any, device: torch.device) -> bool:
+        called.append("capture")
+        return not capturable
 
     def fake_probe(fn: Any, device: torch.device, **kwargs: Any) -> Timing:
         called.append("probe")
@@ -43,6 +50,7 @@ def _stand_ins(
         return events
 
     monkeypatch.setattr(graph_timing, "probe_cuda_graph", fake_probe)
+    monkeypatch.setattr(graph_timing, "capture_fails", fake_capture_fails)
     monkeypatch.setattr(graph_timing, "time_cuda", fake_events)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     return called
@@ -74,14 +82,26 @@ def test_a_call_slow_on_the_host_but_short_on_the_gpu_is_timed_as_a_graph(
     assert called == ["events", "probe"]
 
 
-def test_a_call_long_on_the_gpu_is_timed_with_events_without_a_graph_probe(
+def test_a_call_long_on_the_gpu_is_timed_with_events_captured_but_never_replayed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The host submits in far less time than the events measured: the GPU is the slower side."""
+    """The host submits in far less time than the events measured: the GPU is the slower side.
+    One capture, without replays, says whether the call could run inside a graph."""
     called = _stand_ins(monkeypatch, probe=_timing(0.010), events=_timing(0.250))
     device = torch.device("cuda:0")
-    assert not _short(lambda i: None, device, 100.0)
-    assert called == ["events"]
+    assert prefers_graph(lambda i: None, device, warmup=3, graph_below_us=100.0) == (False, False)
+    assert called == ["events", "capture"]
+
+
+def test_a_call_long_on_the_gpu_that_cannot_be_captured_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call that synchronizes the device, long enough on a loaded GPU that events time it:
+    apply must learn that it cannot run inside a capture, not find it unknown."""
+    called = _stand_ins(monkeypatch, probe=_timing(0.010), events=_timing(0.250), capturable=False)
+    device = torch.device("cuda:0")
+    assert prefers_graph(lambda i: None, device, warmup=3, graph_below_us=100.0) == (False, True)
+    assert called == ["events", "capture"]
 
 
 def test_a_call_short_with_events_is_timed_as_a_graph(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,6 +153,28 @@ def test_gpu_probe_measures_the_gpu_not_the_host() -> None:
     assert probe.median_ms < 0.1, probe
     assert torch.equal(out, x * 2.0)
     assert _short(call, device, 100.0)
+
+
+@pytest.mark.gpu
+def test_gpu_capture_fails_for_a_host_synchronization_and_runs_nothing() -> None:
+    """The capture-only look: a call that synchronizes the device fails it, a plain kernel does
+    not, and neither ran on the GPU during the capture (its output keeps its poison)."""
+    device = torch.device("cuda:0")
+    x = torch.randn(1 << 20, device=device)
+    out = torch.full_like(x, float("nan"))
+
+    def plain(i: int) -> None:
+        torch.mul(x, 2.0, out=out)
+
+    def synchronizing(i: int) -> None:
+        torch.mul(x, 2.0, out=out)
+        torch.cuda.synchronize(device)
+
+    assert not graph_timing.capture_fails(plain, device)
+    assert torch.isnan(out).all()
+    assert graph_timing.capture_fails(synchronizing, device)
+    plain(0)  # the process still works after the failed capture
+    assert torch.equal(out, x * 2.0)
 
 
 @pytest.mark.gpu

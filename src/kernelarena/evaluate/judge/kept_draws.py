@@ -33,11 +33,31 @@ def _nbytes(values: dict[str, Value] | dict[str, torch.Tensor]) -> int:
     return sum(v.numel() * v.element_size() for v in values.values() if isinstance(v, torch.Tensor))
 
 
-class KeptDraws:
-    """At most ``budget`` bytes of draws and their outputs; the least recently used go first."""
+# On a GPU: a sixteenth of its memory, at most 8 GiB. The rotated sets of a definition's
+# workloads, each filling twice the L2, and their outputs come to ~1.4 GB for 8 workloads; with
+# less kept, each solution's jobs cycle through the least-recently-used order and nothing kept is
+# found again. On the CPU: 64 MB (the host's memory is the sandboxes' too).
+GPU_SHARE = 16
+GPU_MOST = 8 << 30
+CPU_BUDGET = 64 << 20
+# Nothing is kept on a GPU whose free memory is under this share of it: the solutions need it more.
+FREE_SHARE_LEAST = 4
 
-    def __init__(self, budget: int) -> None:
+
+def kept_budget(device: torch.device) -> int:
+    if device.type != "cuda":
+        return CPU_BUDGET
+    total = torch.cuda.get_device_properties(device).total_memory
+    return min(GPU_MOST, total // GPU_SHARE)
+
+
+class KeptDraws:
+    """At most ``budget`` bytes of draws and their outputs; the least recently used go first. On a
+    GPU (``device``), nothing is kept while its free memory is short, and what was kept goes."""
+
+    def __init__(self, budget: int, device: torch.device | None = None) -> None:
         self.budget = budget
+        self.device = device
         self._kept: OrderedDict[DrawKey, _Kept] = OrderedDict()
         self._by_tensor: dict[int, DrawKey] = {}  # id of a kept draw's first tensor -> its key
 
@@ -53,10 +73,11 @@ class KeptDraws:
         whole budget is not, and everything kept goes: the device's memory is for it now."""
         size = _nbytes(inputs)
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
-        if size > self.budget:
+        too_large = size > self.budget or self._memory_short()
+        if too_large:
             self._kept.clear()
             self._by_tensor.clear()
-        if size > self.budget or first is None:
+        if too_large or first is None:
             return
         self._kept[key] = _Kept(inputs, size)
         self._by_tensor[id(first)] = key
@@ -76,6 +97,12 @@ class KeptDraws:
             kept.outputs[precise] = outputs
             kept.size += _nbytes(outputs)
             self._trim()
+
+    def _memory_short(self) -> bool:
+        if self.device is None or self.device.type != "cuda":
+            return False
+        free, total = torch.cuda.mem_get_info(self.device)
+        return free * FREE_SHARE_LEAST < total
 
     def _find(self, inputs: dict[str, Value]) -> _Kept | None:
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)

@@ -26,7 +26,7 @@ import torch
 
 from kernelarena.data import Definition
 from kernelarena.evaluate.judge.crosscheck import TimingRejected, reported_timing
-from kernelarena.evaluate.judge.kept_draws import KeptDraws
+from kernelarena.evaluate.judge.kept_draws import KeptDraws, kept_budget
 from kernelarena.evaluate.judge.references import (
     InJudgeReference,
     Reference,
@@ -43,10 +43,6 @@ if TYPE_CHECKING:
     from kernelarena.evaluate.judge.shared_sets import CheckedJob
 
 Place = tuple[torch.dtype, tuple[int, ...], tuple[int, ...]]  # dtype, shape, strides
-# Draws and the reference's outputs for them kept for the next job of the workload, in all: on a
-# GPU enough for the rotated sets of a definition's workloads (twice the L2 each: ~100 MB on an
-# H100), which each of its solutions draws again in turn.
-_DRAWS_KEPT_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 # Described results past this size are refused: the judge would allocate them.
 _RESULT_BYTES_LIMIT = 1 << 36
 _RAISED = {
@@ -72,7 +68,8 @@ class SandboxedReference(Reference):
         self.box: Sandbox | None = None
         self.timeout_s = 60.0
         self._layouts: dict[tuple[str, str, str], Place] = {}  # results' layouts seen so far
-        self._kept = KeptDraws(_DRAWS_KEPT_BYTES.get(device.type, 64 << 20))
+        # Draws and the reference's outputs for them, kept for the workload's next job.
+        self._kept = KeptDraws(kept_budget(device), device)
         self._ids = itertools.count()
 
     def ready(self, timeout_s: float) -> None:

@@ -110,7 +110,8 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     )
     performance.host_submit_ms = submit_ms
     if on_gpu:  # what apply may run inside a capture: a graph that was timed and checked, not
-        # one that failed (a host synchronization); a long call never captured stays unknown
+        # one that failed (a host synchronization); a call captured but timed with events (never
+        # replayed and checked) stays unknown
         performance.capturable = True if graph_timed else (False if capture_failed else None)
     notes = [second_look, host_bound_note(reported, clock)]
     compiles = reply.get("compiles")

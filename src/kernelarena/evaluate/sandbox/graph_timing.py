@@ -193,20 +193,8 @@ def probe_cuda_graph(
     settle_graph_state(device)
     for i in range(warmup):
         fn(i)
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    side = torch.cuda.Stream(device)  # captures cannot run on the legacy default stream
-    side.wait_stream(torch.cuda.current_stream(device))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side):
-        graph.capture_begin()
-        try:
-            for i in range(calls):
-                fn(i)
-        finally:
-            graph.capture_end()  # ends the capture also when a call failed in it
+    graph = _captured(fn, device, calls)
     stream = torch.cuda.current_stream(device)
-    stream.wait_stream(side)
     pairs = []
     for _ in range(replays):
         start = torch.cuda.Event(enable_timing=True)
@@ -221,6 +209,43 @@ def probe_cuda_graph(
     return summarize(samples, "cuda_graph_probe")
 
 
+def _captured(fn: Call, device: torch.device, calls: int) -> Any:
+    """``calls`` calls captured in one graph on a side stream, never replayed; raises when a call
+    cannot be captured, with the current stream left where it was."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    side = torch.cuda.Stream(device)  # captures cannot run on the legacy default stream
+    side.wait_stream(torch.cuda.current_stream(device))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        graph.capture_begin()
+        try:
+            for i in range(calls):
+                fn(i)
+        finally:
+            graph.capture_end()  # ends the capture also when a call failed in it
+    torch.cuda.current_stream(device).wait_stream(side)
+    return graph
+
+
+def capture_fails(fn: Call, device: torch.device) -> bool:
+    """Whether one call fails inside a CUDA graph capture (a host synchronization, an allocation
+    outside the graph's pool), found without replaying it: the capture runs nothing on the GPU, so
+    a long call costs only its host side. A capture that runs out of memory says nothing about
+    the call and counts as not failed."""
+    settle_graph_state(device)
+    try:
+        graph = _captured(fn, device, 1)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.synchronize(device)
+        return False
+    except Exception:
+        torch.cuda.synchronize(device)
+        return True
+    del graph
+    return False
+
+
 def prefers_graph(
     fn: Call, device: torch.device, *, warmup: int, graph_below_us: float, allow_graph: bool = True
 ) -> tuple[bool, bool]:
@@ -230,7 +255,8 @@ def prefers_graph(
     with events give the GPU time when the GPU is the slower side; when the host takes as long to
     submit a call as the events measured (an autotuned Triton launcher: 70-110 us of Python for a
     2-35 us kernel), events measure the host, and a graph of two calls replayed gives the GPU
-    time instead. Long GPU-bound calls (a copy of a GiB) are never captured by the probe. A call
+    time instead. Long GPU-bound calls (a copy of a GiB) are never replayed by the probe, only
+    captured once, so that whether they can be captured is known (``capture_fails``). A call
     that cannot be captured is timed with events; so is every call without ``allow_graph`` (the
     judge's retry of a solution whose failed capture broke its process)."""
     if device.type != "cuda" or not allow_graph:
@@ -246,8 +272,8 @@ def prefers_graph(
             fn(i)
         host_ms = (time.perf_counter() - submitted) * 1e3 / 3
         torch.cuda.synchronize(device)
-        if host_ms < 0.5 * events.median_ms:
-            return False, False  # the GPU is the slower side: the events measured it
+        if host_ms < 0.5 * events.median_ms:  # the GPU is the slower side: events measured it
+            return False, capture_fails(fn, device)
         try:
             probe = probe_cuda_graph(fn, device, warmup=warmup)
         except Exception:  # not capturable; a call that fails outright fails again in events
