@@ -102,13 +102,17 @@ def run_once(
     ``profile``, the run's parent and judges are profiled into that folder (``profiles``)."""
     taken: Counter[str] = Counter()
     statuses: dict[tuple[str, str, str], str] = {}
+    failures: dict[str, str] = {}  # job -> the end of its trace's log, for what did not pass
 
     def record(job: Job, result: JobResult | None) -> None:
         if result is None:
             return
         taken[result.device] += 1
         if result.trace is not None and result.trace.evaluation is not None:
-            statuses[job.key] = result.trace.evaluation.status.value
+            evaluation = result.trace.evaluation
+            statuses[job.key] = evaluation.status.value
+            if evaluation.status.value != "PASSED":
+                failures["/".join(job.key)] = evaluation.log.strip()[-400:]
         else:
             statuses[job.key] = f"skipped: {result.skipped}"
 
@@ -136,6 +140,7 @@ def run_once(
         "jobs_per_device": dict(sorted(taken.items())),
         "stages": summary.stages,
         "statuses": statuses,
+        "failures": failures,
         "environments": environments,
     }
 
@@ -224,6 +229,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"jobs per device {run['jobs_per_device']}"
             )
             print("\n".join(stage_table(run["stages"], f"{n} device(s)")))
+            for key, log in run["failures"].items():
+                print(f"  not passed: {key}: {log.splitlines()[-1] if log else ''}")
+            for key, status in run["statuses"].items():
+                if status.startswith("skipped"):
+                    print(f"  {'/'.join(key)}: {status[:300]}")
 
     if args.profile is not None and args.executor == "ray":
         summarize(args.profile / "ray-judges")  # written as the actors stopped

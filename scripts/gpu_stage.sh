@@ -12,6 +12,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 if [ -d .fi-aot ] && [ -d /tmp/site/flashinfer ]; then
   mkdir -p /tmp/site/flashinfer/data/aot && cp -r .fi-aot/* /tmp/site/flashinfer/data/aot/
 fi
+# Ray for the scaling stage's --executor ray (scripts/ray_wheels.sh): its wheel less the Java jars,
+# RLlib and the dashboard's web client, to fit the carry limit.
+if [ -f .whl-ray/ray-min.tar.xz ]; then
+  tar -xJf .whl-ray/ray-min.tar.xz -C /tmp/site && \
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-ray/*.whl \
+    || exit 1
+fi
 # Issue 42's wheels (scripts/lang_wheels.sh), carried over two calls: into /tmp/site-lang, ahead of
 # /tmp/site, so its apache-tvm-ffi 0.1.12 (what tilelang 0.1.15 allows) is the one imported.
 if [[ $stage == lang* ]]; then

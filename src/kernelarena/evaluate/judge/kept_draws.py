@@ -33,15 +33,18 @@ def _nbytes(values: dict[str, Value] | dict[str, torch.Tensor]) -> int:
     return sum(v.numel() * v.element_size() for v in values.values() if isinstance(v, torch.Tensor))
 
 
-# On a GPU: a sixteenth of its memory, at most 8 GiB. The rotated sets of a definition's
-# workloads, each filling twice the L2, and their outputs come to ~1.4 GB for 8 workloads; with
-# less kept, each solution's jobs cycle through the least-recently-used order and nothing kept is
-# found again. On the CPU: 64 MB (the host's memory is the sandboxes' too).
-GPU_SHARE = 16
-GPU_MOST = 8 << 30
+# On a GPU: a thirty-second of its memory, at most 4 GiB (two definitions' references keep
+# theirs). The rotated sets of a definition's workloads, each filling twice the L2, and their
+# outputs come to ~1.4 GB for 8 workloads; with less kept, each solution's jobs cycle through the
+# least-recently-used order and nothing kept is found again. On the CPU: 64 MB (the host's memory
+# is the sandboxes' too).
+GPU_SHARE = 32
+GPU_MOST = 4 << 30
 CPU_BUDGET = 64 << 20
-# Nothing is kept on a GPU whose free memory is under this share of it: the solutions need it more.
-FREE_SHARE_LEAST = 4
+# A draw over this share of the budget is not kept, and what was kept goes: large sets are few
+# (two timed sets where two fill the L2), cheap to draw again for their size, and what the judge
+# frees stays in its allocator's cache, which the large set can then use.
+LARGEST_SHARE = 32
 
 
 def kept_budget(device: torch.device) -> int:
@@ -52,12 +55,10 @@ def kept_budget(device: torch.device) -> int:
 
 
 class KeptDraws:
-    """At most ``budget`` bytes of draws and their outputs; the least recently used go first. On a
-    GPU (``device``), nothing is kept while its free memory is short, and what was kept goes."""
+    """At most ``budget`` bytes of draws and their outputs; the least recently used go first."""
 
-    def __init__(self, budget: int, device: torch.device | None = None) -> None:
+    def __init__(self, budget: int) -> None:
         self.budget = budget
-        self.device = device
         self._kept: OrderedDict[DrawKey, _Kept] = OrderedDict()
         self._by_tensor: dict[int, DrawKey] = {}  # id of a kept draw's first tensor -> its key
 
@@ -69,11 +70,12 @@ class KeptDraws:
         return dict(kept.inputs)
 
     def put(self, key: DrawKey, inputs: dict[str, Value]) -> None:
-        """Kept, the least recently used going first past the budget; a draw larger than the
-        whole budget is not, and everything kept goes: the device's memory is for it now."""
+        """Kept, the least recently used going first past the budget; a draw over
+        ``1 / LARGEST_SHARE`` of the budget is not, and everything kept goes: the device's
+        memory is for it now."""
         size = _nbytes(inputs)
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
-        too_large = size > self.budget or self._memory_short()
+        too_large = size * LARGEST_SHARE > self.budget
         if too_large:
             self._kept.clear()
             self._by_tensor.clear()
@@ -97,12 +99,6 @@ class KeptDraws:
             kept.outputs[precise] = outputs
             kept.size += _nbytes(outputs)
             self._trim()
-
-    def _memory_short(self) -> bool:
-        if self.device is None or self.device.type != "cuda":
-            return False
-        free, total = torch.cuda.mem_get_info(self.device)
-        return free * FREE_SHARE_LEAST < total
 
     def _find(self, inputs: dict[str, Value]) -> _Kept | None:
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)

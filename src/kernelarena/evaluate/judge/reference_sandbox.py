@@ -69,7 +69,7 @@ class SandboxedReference(Reference):
         self.timeout_s = 60.0
         self._layouts: dict[tuple[str, str, str], Place] = {}  # results' layouts seen so far
         # Draws and the reference's outputs for them, kept for the workload's next job.
-        self._kept = KeptDraws(kept_budget(device), device)
+        self._kept = KeptDraws(kept_budget(device))
         self._ids = itertools.count()
 
     def ready(self, timeout_s: float) -> None:

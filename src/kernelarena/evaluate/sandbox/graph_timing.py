@@ -232,17 +232,17 @@ def capture_fails(fn: Call, device: torch.device) -> bool:
     """Whether one call fails inside a CUDA graph capture (a host synchronization, an allocation
     outside the graph's pool), found without replaying it: the capture runs nothing on the GPU, so
     a long call costs only its host side. A capture that runs out of memory says nothing about
-    the call and counts as not failed."""
+    the call and counts as not failed. A value-returning call's result from the capture lives in
+    the graph's pool for as long as ``fn`` holds it: its caller gives that memory back."""
     settle_graph_state(device)
     try:
-        graph = _captured(fn, device, 1)
+        _captured(fn, device, 1)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.synchronize(device)
         return False
     except Exception:
         torch.cuda.synchronize(device)
         return True
-    del graph
     return False
 
 

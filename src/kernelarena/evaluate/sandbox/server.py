@@ -12,6 +12,7 @@ compare function, torch, the timers, this module) changes only what this process
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -265,6 +266,13 @@ class Sandbox:
             graph_below_us=options["graph_below_us"],
             allow_graph=options.get("allow_graph", True),
         )
+        if self.device.type == "cuda":
+            # The probe's graphs and the results held from them (a large call's outputs, in
+            # the graphs' own pools) go back to the device: the judge's and the reference's
+            # sets need that memory more than the timed calls' first allocation does.
+            del fn, _
+            gc.collect()
+            self.torch.cuda.empty_cache()
         return {"graph": graph, "capture_failed": capture_failed}
 
     def _time(self, set_ids: list[int], options: dict[str, Any], graph: bool) -> dict[str, Any]:
