@@ -41,9 +41,9 @@ def _nbytes(values: dict[str, Value] | dict[str, torch.Tensor]) -> int:
 GPU_SHARE = 32
 GPU_MOST = 4 << 30
 CPU_BUDGET = 64 << 20
-# A draw over this share of the budget is not kept, and what was kept goes: large sets are few
-# (two timed sets where two fill the L2), cheap to draw again for their size, and what the judge
-# frees stays in its allocator's cache, which the large set can then use.
+# A draw over this share of the budget is not kept: large sets are few (two timed sets where two
+# fill the L2) and cheap to draw again for their size. What was kept stays: a definition's
+# workloads mix small and large shapes, and each solution draws them in turn.
 LARGEST_SHARE = 32
 
 
@@ -71,15 +71,10 @@ class KeptDraws:
 
     def put(self, key: DrawKey, inputs: dict[str, Value]) -> None:
         """Kept, the least recently used going first past the budget; a draw over
-        ``1 / LARGEST_SHARE`` of the budget is not, and everything kept goes: the device's
-        memory is for it now."""
+        ``1 / LARGEST_SHARE`` of the budget is not."""
         size = _nbytes(inputs)
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
-        too_large = size * LARGEST_SHARE > self.budget
-        if too_large:
-            self._kept.clear()
-            self._by_tensor.clear()
-        if too_large or first is None:
+        if size * LARGEST_SHARE > self.budget or first is None:
             return
         self._kept[key] = _Kept(inputs, size)
         self._by_tensor[id(first)] = key

@@ -259,9 +259,9 @@ def _batches(sets: list[SharedSet]) -> list[list[SharedSet]]:
     """``sets`` in runs of at most ``EXPECT_BATCH_BYTES`` each (a larger set alone): what one
     request to the reference takes, and what the judge draws again at once for it."""
     batches: list[list[SharedSet]] = []
-    total = EXPECT_BATCH_BYTES
+    total = 0
     for shared in sets:
-        if total + shared.bytes > EXPECT_BATCH_BYTES:
+        if not batches or total + shared.bytes > EXPECT_BATCH_BYTES:  # empty sets count 0 bytes
             batches.append([])
             total = 0
         batches[-1].append(shared)
