@@ -301,3 +301,34 @@ def test_a_reference_out_of_memory_once_is_run_again_with_its_memory_given_back(
         _same(expected["y"], drawn["x"] * 2, "y")
     finally:
         there.close()
+
+
+def test_a_reference_out_of_memory_twice_is_the_devices_not_the_datasets(
+    sandboxes: Sandboxes,
+) -> None:
+    """Where the retry runs out of memory too, the device is short, with the judge's sets and the
+    paused solution beside the reference: the job is skipped as too large to judge on this device
+    (``torch.OutOfMemoryError``, ``evaluator.JUDGE_OUT_OF_MEMORY``), not reported as the
+    definition's reference raising, which would blame the dataset."""
+    definition = Definition(
+        name="out_of_memory_always",
+        op_type="test",
+        axes={"n": AxisVar()},
+        inputs={"x": TensorSpec(shape=["n"], dtype="float32")},
+        outputs={"y": TensorSpec(shape=["n"], dtype="float32")},
+        reference=(
+            "import torch\n\n\ndef run(x):\n"
+            "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 3.73 GiB')\n"
+        ),
+    )
+    workload = Workload(uuid="oom", axes={"n": 8}, inputs={"x": RandomInput()})
+    device = torch.device("cpu")
+    there = SandboxedReference(definition, device, sandboxes)
+    try:
+        there.ready(60.0)
+        job = _job(definition, workload, there)
+        drawn = there.draw(job, device, 1, (1.0, 0.0))
+        with pytest.raises(torch.OutOfMemoryError, match=r"the reference's sandbox: .*3\.73 GiB"):
+            there.outputs(job, drawn)
+    finally:
+        there.close()

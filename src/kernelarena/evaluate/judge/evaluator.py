@@ -49,8 +49,8 @@ from kernelarena.runtime.inputs import (
 )
 
 JUDGE_OUT_OF_MEMORY = (
-    "the judge ran out of device memory for this workload's input sets, beside the solution's and "
-    "the reference's processes: too large to judge on this device"
+    "the judge or the reference ran out of device memory for this workload's sets, beside the "
+    "solution's process: too large to judge on this device"
 )
 _REUSED = (
     "the solution reuses results across calls: the same inputs at other addresses pass, so it "

@@ -324,10 +324,16 @@ class SandboxedReference(Reference):
         if "error" in reply:
             # Raised before or while it read the request's descriptors: it starts again.
             self.close()
+            said = last_line(str(reply["error"]))
+            if not loading and "OutOfMemoryError" in said:
+                # The device's memory, shared with the judge's sets and the paused solution's
+                # process, was short: the workload is too large to judge here, not the
+                # dataset's mistake (``evaluator.JUDGE_OUT_OF_MEMORY``).
+                raise torch.OutOfMemoryError(f"the reference's sandbox: {said}")
             what = (
                 "does not load" if loading else _RAISED.get(message[0], f"raised in {message[0]}")
             )
-            raise self._failed(what, last_line(str(reply["error"])), permanent=loading)
+            raise self._failed(what, said, permanent=loading)
         if "broken" in reply:
             raise self._failed("is broken", str(reply["broken"])[:300], permanent=loading)
         return reply
