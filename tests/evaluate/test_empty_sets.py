@@ -7,11 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from kernelarena.evaluate.executors.benchmark import Benchmark
-from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.judge.set_checks import EXPECT_BATCH_BYTES, _batches
-from kernelarena.evaluate.options import Options
-from tests.evaluate.test_large_sets import _check_all_passed, _dataset
+from tests.evaluate.test_large_sets import _check_all_passed, _dataset, run_on_cpu
 
 
 def test_empty_sets_join_the_reference_requests_like_any_other() -> None:
@@ -23,11 +20,4 @@ def test_empty_sets_join_the_reference_requests_like_any_other() -> None:
 
 
 def test_an_empty_batch_passes_checked_and_timed(tmp_path: Path) -> None:
-    dataset = _dataset(tmp_path, "cpu", (0, 3))
-    traces = Benchmark(
-        dataset,
-        devices="cpu",
-        options=Options(trials=2, budget_ms=20, max_iterations=10, min_iterations=3),
-        timeouts=Timeouts(build_s=120, run_s=300, startup_s=300),
-    ).run_all()
-    _check_all_passed(traces, 2)
+    _check_all_passed(run_on_cpu(_dataset(tmp_path, "cpu", (0, 3))), 2)

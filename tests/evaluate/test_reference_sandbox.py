@@ -5,6 +5,7 @@ expects reaches it unchanged (``reference_sandbox``: described, then delivered t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -275,19 +276,32 @@ def test_a_reference_out_of_memory_once_is_run_again_with_its_memory_given_back(
     """On the largest sets the judge, the paused solution and the reference's sandbox each hold a
     copy: a reference that runs out of memory once (an H200's attention_decode_fp16 at batch 64
     and 32k keys) is run again after its sandbox gives back what it keeps, not reported broken."""
+    reference = (
+        "import torch\n\n_CALLS = []\n\n\ndef run(x):\n"
+        "    _CALLS.append(1)\n"
+        "    if len(_CALLS) == 1:\n"
+        "        raise torch.OutOfMemoryError('CUDA out of memory (the first call only)')\n"
+        "    return x * 2\n"
+    )
+    with _doubling("out_of_memory_once", reference, sandboxes) as (there, job, drawn):
+        expected, _ = there.outputs(job, drawn)
+        assert isinstance(drawn["x"], torch.Tensor)
+        _same(expected["y"], drawn["x"] * 2, "y")
+
+
+@contextlib.contextmanager
+def _doubling(
+    name: str, reference: str, sandboxes: Sandboxes
+) -> Iterator[tuple[SandboxedReference, CheckedJob, dict[str, Any]]]:
+    """A one-input definition with ``reference`` (meant to double it) in its sandbox on the CPU,
+    a job of it, and a draw."""
     definition = Definition(
-        name="out_of_memory_once",
+        name=name,
         op_type="test",
         axes={"n": AxisVar()},
         inputs={"x": TensorSpec(shape=["n"], dtype="float32")},
         outputs={"y": TensorSpec(shape=["n"], dtype="float32")},
-        reference=(
-            "import torch\n\n_CALLS = []\n\n\ndef run(x):\n"
-            "    _CALLS.append(1)\n"
-            "    if len(_CALLS) == 1:\n"
-            "        raise torch.OutOfMemoryError('CUDA out of memory (the first call only)')\n"
-            "    return x * 2\n"
-        ),
+        reference=reference,
     )
     workload = Workload(uuid="oom", axes={"n": 8}, inputs={"x": RandomInput()})
     device = torch.device("cpu")
@@ -295,10 +309,7 @@ def test_a_reference_out_of_memory_once_is_run_again_with_its_memory_given_back(
     try:
         there.ready(60.0)
         job = _job(definition, workload, there)
-        drawn = there.draw(job, device, 1, (1.0, 0.0))
-        expected, _ = there.outputs(job, drawn)
-        assert isinstance(drawn["x"], torch.Tensor)
-        _same(expected["y"], drawn["x"] * 2, "y")
+        yield there, job, there.draw(job, device, 1, (1.0, 0.0))
     finally:
         there.close()
 
@@ -310,25 +321,10 @@ def test_a_reference_out_of_memory_twice_is_the_devices_not_the_datasets(
     paused solution beside the reference: the job is skipped as too large to judge on this device
     (``torch.OutOfMemoryError``, ``evaluator.JUDGE_OUT_OF_MEMORY``), not reported as the
     definition's reference raising, which would blame the dataset."""
-    definition = Definition(
-        name="out_of_memory_always",
-        op_type="test",
-        axes={"n": AxisVar()},
-        inputs={"x": TensorSpec(shape=["n"], dtype="float32")},
-        outputs={"y": TensorSpec(shape=["n"], dtype="float32")},
-        reference=(
-            "import torch\n\n\ndef run(x):\n"
-            "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 3.73 GiB')\n"
-        ),
+    reference = (
+        "import torch\n\n\ndef run(x):\n"
+        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 3.73 GiB')\n"
     )
-    workload = Workload(uuid="oom", axes={"n": 8}, inputs={"x": RandomInput()})
-    device = torch.device("cpu")
-    there = SandboxedReference(definition, device, sandboxes)
-    try:
-        there.ready(60.0)
-        job = _job(definition, workload, there)
-        drawn = there.draw(job, device, 1, (1.0, 0.0))
-        with pytest.raises(torch.OutOfMemoryError, match=r"the reference's sandbox: .*3\.73 GiB"):
-            there.outputs(job, drawn)
-    finally:
-        there.close()
+    raised = pytest.raises(torch.OutOfMemoryError, match=r"the reference's sandbox: .*3\.73 GiB")
+    with _doubling("out_of_memory_always", reference, sandboxes) as (there, job, drawn), raised:
+        there.outputs(job, drawn)
