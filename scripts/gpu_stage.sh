@@ -100,30 +100,41 @@ case "$stage" in
     log "scaling"; timeout 540 python3 -m benchmarks.bench_scaling ${SCALING_ARGS:-} 2>&1 | tee "$OUT/scaling.txt" | tail -30
     tar czf "$OUT/results.tgz" benchmarks/results
     ;;
-  scaling-diag)  # issue 40: why every judge slows as GPUs are added. One GPU's run alone, then beside
-                 # SPINNERS busy processes (the other judges' and sandboxes' share of the host's cores),
-                 # then beside them pinned away from its cores. A slowdown under spinners that pinning
-                 # removes says the host's cores (SMT siblings, clocks) are what the judges share.
+  scaling-diag)  # issue 40: why every judge slows as GPUs are added. One GPU's bench_scaling run alone; beside
+                 # SPINNERS busy processes (the other judges' and sandboxes' share of the host's cores); the
+                 # same with the run and the spinners on cores of their own; beside processes on the other
+                 # GPUs that allocate and free device memory uncached (driver calls, as new sandboxes, the
+                 # arena and graph uploads make). Only the first run warms the disk caches: every run
+                 # starts new workers anyway.
     lscpu | grep -E "^(CPU\(s\)|Thread|Core|Socket|NUMA node|Model name|CPU max MHz)" | tee "$OUT/lscpu.txt"
     nvidia-smi topo -m 2>&1 | head -8 | tee -a "$OUT/lscpu.txt"
-    args=(--devices cuda:0 --definitions ${DIAG_DEFS:-rmsnorm_bf16,scale_bf16} --warmup all --no-write)
     spinners=${SPINNERS:-9}
     # The run's CPUs: both hardware threads of the lower half of the cores; the spinners' the rest.
     read -r run_cpus spin_cpus < <(lscpu -p=CPU,CORE | grep -v "^#" | python3 -c "import sys
 pairs = [tuple(map(int, line.split(','))) for line in sys.stdin]
 cores = sorted({core for _, core in pairs}); low = set(cores[: len(cores) // 2])
 print(','.join(str(c) for c, core in pairs if core in low), ','.join(str(c) for c, core in pairs if core not in low))")
-    for variant in alone spinners pinned; do
-      pids=()
-      pin_run=(); pin_spin=()
+    for variant in ${DIAG_VARIANTS:-alone spinners pinned neighbors}; do
+      pids=(); pin_run=(); pin_spin=(); warmup=none
+      [ $variant = alone ] && warmup=all
       [ $variant = pinned ] && pin_run=(taskset -c "$run_cpus") && pin_spin=(taskset -c "$spin_cpus")
-      if [ $variant != alone ]; then
+      if [ $variant = spinners ] || [ $variant = pinned ]; then
         for i in $(seq $spinners); do "${pin_spin[@]}" python3 -c "while True: pass" & pids+=($!); done
       fi
+      if [ $variant = neighbors ]; then
+        for gpu in $(seq 1 $(( $(nvidia-smi -L | wc -l) - 1 ))); do
+          PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 -c "import torch
+d = torch.device('cuda:$gpu')
+while True:
+    x = torch.empty(1 << 22, device=d); del x" & pids+=($!)
+        done
+        sleep 5  # their CUDA contexts made
+      fi
       log "scaling-diag $variant"
-      timeout 200 "${pin_run[@]}" python3 -m benchmarks.bench_scaling "${args[@]}" > "$OUT/diag_$variant.txt" 2>&1
+      timeout 200 "${pin_run[@]}" python3 -m benchmarks.bench_scaling --devices cuda:0 \
+        --definitions ${DIAG_DEFS:-rmsnorm_bf16,scale_bf16} --warmup $warmup --no-write > "$OUT/diag_$variant.txt" 2>&1
       [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
-      grep -E "device\(s\): run|cuda:0 " "$OUT/diag_$variant.txt" | grep -v nested | head -4
+      grep -E "device\(s\): run|^ +cuda:0 " "$OUT/diag_$variant.txt" | head -3
     done
     ;;
   wave)  # issues 16, 18, 20 on one GPU: PARTS picks (trust fib library choice norms attention others)
