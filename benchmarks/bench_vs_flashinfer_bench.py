@@ -737,6 +737,8 @@ def build_report(
             "per_run": setup.expected,
         },
         "commands": {tool: shown(setup.commands[tool]) for tool in setup.tools},
+        # Ours with several judges a GPU (``evaluate.judge.device_lock``), where set.
+        "judges_per_gpu": int(os.environ.get("KERNELARENA_JUDGES_PER_GPU", "1")),
         "gpus": setup.gpus,
         "order": "per repetition: peer cold, ours first, ours cold, peer warm, ours warm",
         "runs": records,

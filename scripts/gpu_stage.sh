@@ -305,7 +305,8 @@ EOF
     fi
     ;;
   judge-cost)  # issues 36 and 40: the engine's cost per job. COST_PARTS: fib (bench_vs_flashinfer_bench,
-               # .whl-fib carried), fibprof (ours alone on its dataset, the judge profiled) and variants
+               # .whl-fib carried), fibprof (ours alone on its dataset, the judge profiled), fibjudges (ours
+               # alone on it with JUDGES="1 2 3" judges a GPU) and variants
                # (VARIANTS="name=VAR=value,..."; "old*" runs .old-src), each
                # variant's wall time and, in code that has it, its stage table
     parts=${COST_PARTS:-fib variants}
@@ -340,6 +341,25 @@ print('\n'.join(stage_table(found.get('stages', {}), sys.argv[2])))" "$OUT/fibpr
 for f in glob.glob(sys.argv[1] + '/*.prof'):
     s = pstats.Stats(f); s.strip_dirs(); s.sort_stats('tottime')
     for name in sys.argv[2:]: s.print_callers(name)" "$OUT/prof-fib" $PROFILE_CALLERS 2>&1 | grep -v "^$" | head -80
+    fi
+    if [[ " $parts " == *" fibjudges "* ]]; then  # ours alone on the bench's dataset, JUDGES judges a GPU each
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl-fib/flashinfer_bench*.whl .whl-fib/docstring*.whl || exit 1
+      rm -rf /tmp/fibds && python3 benchmarks/bench_vs_flashinfer_bench.py --dry-run --dataset-dir /tmp/fibds > /dev/null 2>&1
+      for judges in ${JUDGES:-1 2 3}; do
+        for round in warm timed; do
+          rm -rf /tmp/fibds/traces
+          start=$(date +%s.%N)
+          KERNELARENA_JUDGES_PER_GPU=$judges timeout 120 python3 -m kernelarena.cli run rmsnorm_h4096 --dataset /tmp/fibds \
+            --device cuda:0 --suite all --json --allow-failures > "$OUT/fibjudges_${judges}_$round.json" 2> "$OUT/fibjudges_${judges}_$round.err"
+          wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
+          python3 -c "import json, sys; from kernelarena.evaluate.executors.job_stages import stage_table
+found = json.load(open(sys.argv[1])); statuses = {}
+for trace in found['traces']: statuses[trace['evaluation']['status']] = statuses.get(trace['evaluation']['status'], 0) + 1
+print('judges', sys.argv[2], sys.argv[3], sys.argv[4], 's', len(found['traces']), 'traces', statuses)
+sys.argv[3] == 'timed' and print('\n'.join(stage_table(found.get('stages', {}), sys.argv[2])))" "$OUT/fibjudges_${judges}_$round.json" $judges $round "$wall"
+        done
+      done
     fi
     if [[ $parts == *variants* ]]; then
       defs=${DEFS:-rmsnorm_bf16}

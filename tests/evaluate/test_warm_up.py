@@ -11,7 +11,7 @@ from kernelarena.evaluate.judge.warm_up import JudgeWarmUp
 def test_join_returns_once_the_warm_up_has_done_all_its_work() -> None:
     steps: list[float] = []
 
-    def work(device: torch.device) -> None:
+    def work(device: torch.device, gpu: object) -> None:
         for _ in range(20):
             time.sleep(0.005)  # an op
             steps.append(time.perf_counter())

@@ -165,3 +165,16 @@ class Job:
             correctness,
             performance,
         )
+
+
+def judges_per_gpu() -> int:
+    """Workers on each GPU of a local run: ``KERNELARENA_JUDGES_PER_GPU``, 1 by default. With
+    more, they check side by side and measure one at a time (``judge.device_lock``)."""
+    given = os.environ.get("KERNELARENA_JUDGES_PER_GPU", "1")
+    try:
+        count = int(given)
+    except ValueError:
+        raise ValueError(f"KERNELARENA_JUDGES_PER_GPU: '{given}' is not a whole number") from None
+    if count < 1:
+        raise ValueError(f"KERNELARENA_JUDGES_PER_GPU: {count} is less than 1")
+    return count

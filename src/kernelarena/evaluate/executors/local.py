@@ -36,6 +36,7 @@ from kernelarena.evaluate.executors.worker_process import (
     said_closed,
 )
 from kernelarena.evaluate.messages import Message
+from kernelarena.evaluate.options import judges_per_gpu as judges_per_gpu_wanted
 from kernelarena.evaluate.process_output import read_tail
 from kernelarena.evaluate.sandbox.bytecode import with_bytecode
 
@@ -71,13 +72,21 @@ class LocalExecutor:
         log_dir: str | Path | None = None,
         measure_ceilings: bool = True,
         build_pool: BuildPool | bool = True,
+        judges_per_gpu: int | None = None,
     ) -> None:
         """``build_pool``: True, a pool made for each ``run`` (``KERNELARENA_BUILD_POOL=0``
         turns it off); a pool of the caller's, used as it is (and closed with the executor);
-        False, the sandboxes build, each before its solution's first job."""
+        False, the sandboxes build, each before its solution's first job. ``judges_per_gpu``
+        (default ``KERNELARENA_JUDGES_PER_GPU``, else 1): workers on each GPU, which then check
+        side by side and measure one at a time (``judge.device_lock``)."""
         if not devices:
             raise ValueError("devices: at least one device is needed")
-        self.devices = list(devices)
+        self.judges_per_gpu = judges_per_gpu or judges_per_gpu_wanted()
+        self.devices = [
+            device
+            for device in devices
+            for _ in range(self.judges_per_gpu if device.startswith("cuda") else 1)
+        ]
         self.timeouts = timeouts or Timeouts()
         self._owns_log_dir = log_dir is None
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kernelarena-workers-"))
@@ -156,16 +165,7 @@ class LocalExecutor:
         # A fresh interpreter, not multiprocessing's spawn: spawn re-imports the caller's __main__,
         # which breaks scripts without an ``if __name__ == "__main__"`` guard.
         parent, child = multiprocessing.Pipe()
-        command = [
-            sys.executable,
-            "-m",
-            "kernelarena.evaluate.judge.worker",
-            str(child.fileno()),
-            device,
-            log_path,
-        ]
-        if not self.measure_ceilings:
-            command.append("--no-ceilings")
+        command = self._command(device, child.fileno(), log_path)
         environment = with_bytecode(
             dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)), writes=True
         )
@@ -179,6 +179,16 @@ class LocalExecutor:
         )
         child.close()
         return _Worker(device, WorkerProcess(process), parent, log_path, spawned_at=spawned_at)
+
+    def _command(self, device: str, fd: int, log_path: str) -> list[str]:
+        """The worker's command line; with several judges a GPU, the file of the GPU's lock."""
+        command = [sys.executable, "-m", "kernelarena.evaluate.judge.worker", str(fd), device]
+        command.append(log_path)
+        if not self.measure_ceilings:
+            command.append("--no-ceilings")
+        if self.judges_per_gpu > 1 and device.startswith("cuda"):
+            command += ["--gpu-lock", str(self.log_dir / f"gpu-{device.replace(':', '')}.lock")]
+        return command
 
     def _await_ready(self, worker: _Worker) -> _Worker:
         if not answered(worker.conn, worker.process, self.timeouts.startup_s):

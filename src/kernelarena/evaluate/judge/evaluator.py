@@ -16,6 +16,7 @@ with its own figures and with physics (``crosscheck``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +32,7 @@ from kernelarena.data import (
     Trace,
 )
 from kernelarena.evaluate.judge.crosscheck import TimingRejected
+from kernelarena.evaluate.judge.device_lock import NO_LOCK, Lock
 from kernelarena.evaluate.judge.reference_sandbox import References
 from kernelarena.evaluate.judge.references import Reference, ReferenceFailed
 from kernelarena.evaluate.judge.shared_sets import CheckedJob, SetMaker, SharedSet
@@ -93,13 +95,18 @@ class Outcome:
 class Evaluator:
     """Holds what a judge keeps between jobs: references, reference timings, its sandboxes."""
 
+    gpu: Lock = NO_LOCK  # the GPU's lock, where several judges share it (``device_lock``)
+
     def __init__(
         self,
         device: torch.device,
         environment: dict[str, Any],
         sandboxes: Sandboxes,
+        gpu: Lock = NO_LOCK,
     ) -> None:
+        """``gpu``: the lock this judge shares with the GPU's other judges (``device_lock``)."""
         self.device = device
+        self.gpu = gpu
         self.environment = Environment.model_validate(environment)
         self.sandboxes = sandboxes
         self.arena = Arena(device)
@@ -108,10 +115,10 @@ class Evaluator:
         self._warm_up: JudgeWarmUp | None = None
         self._capture_failed = False  # in the job just evaluated (``SetMaker.capture_failed``)
 
-    def warm_up_in_background(self) -> None:
+    def warm_up_in_background(self, gpu: Lock = NO_LOCK) -> None:
         """The judge's kernels and first calls, while it waits for its first job and that job's
-        sandbox and checks (``warm_up``)."""
-        self._warm_up = JudgeWarmUp(self.device)
+        sandbox and checks (``warm_up``); ``gpu``: the warm-up thread's own hold on the lock."""
+        self._warm_up = JudgeWarmUp(self.device, gpu=gpu)
 
     def _settle(self) -> None:
         """Nothing of the judge's may run beside its timing (its clocks, the reference's timing,
@@ -231,16 +238,17 @@ class Evaluator:
         """Correct before fast: the checks, then the timing and its checks (``timing_check``).
         ``sets`` make the inputs of ``job``, the job whose trace this is."""
         try:
-            correctness = self._check(sets)
-            performance = Performance(timing_mode="not_timed")
-            log = ""
-            if job.options.timing:
-                from kernelarena.evaluate.judge.timing_check import time_and_verify
+            with self.gpu.shared():  # the GPU's other judges check beside this one, never time
+                correctness = self._check(sets)
+                performance = Performance(timing_mode="not_timed")
+                log = ""
+                if job.options.timing:
+                    from kernelarena.evaluate.judge.timing_check import time_and_verify
 
-                self._settle()
-                # A spare still starting is stopped while the judge times, not waited for.
-                with self.sandboxes.spares_stopped():
-                    performance, log = time_and_verify(sets, self)
+                    self._settle()
+                    # A spare still starting is stopped while the judge times, not waited for.
+                    with self.gpu.exclusive(), self.sandboxes.spares_stopped():
+                        performance, log = time_and_verify(sets, self)
             passed = job.make_trace(self.environment, Status.PASSED, log, correctness, performance)
             return Outcome(passed)
         except ReferenceFailed as failed:  # the dataset's fault, found first: not a verdict
@@ -303,7 +311,9 @@ class Evaluator:
             seed = seed_for(checked.workload, f"trial{trial}")
             prepared = sets.make(seed, keep_private=True, distribution=distribution)
             expected = sets.expected(prepared)
-            produced = sets.call(prepared)
+            # The job's first call may tune itself by timing (an autotuner): alone on the GPU.
+            with self.gpu.exclusive() if trial == 0 else contextlib.nullcontext():
+                produced = sets.call(prepared)
             comparisons = sets.compare_all(produced, expected, prepared)
             worst = merge(worst, comparisons)
             failed = [c for c in comparisons if not c.ok]

@@ -13,18 +13,26 @@ from collections.abc import Callable
 import torch
 
 from kernelarena.data import DType, Tolerance
+from kernelarena.evaluate.judge.device_lock import NO_LOCK, Lock
 from kernelarena.runtime.compare import compare, first_changed_input
 from kernelarena.runtime.inputs import make_generator, poison
 
 
 class JudgeWarmUp:
-    """``work(device)`` in a thread, until ``join``."""
+    """``work(device, gpu)`` in a thread, until ``join``; ``gpu``: the thread's own hold on the
+    GPU's lock (``device_lock``)."""
 
     def __init__(
-        self, device: torch.device, work: Callable[[torch.device], None] | None = None
+        self,
+        device: torch.device,
+        work: Callable[[torch.device, Lock], None] | None = None,
+        gpu: Lock = NO_LOCK,
     ) -> None:
         self._thread = threading.Thread(
-            target=work or warm_judge_kernels, args=(device,), name="judge-warm-up", daemon=True
+            target=work or warm_judge_kernels,
+            args=(device, gpu),
+            name="judge-warm-up",
+            daemon=True,
         )
         self._thread.start()
 
@@ -32,7 +40,7 @@ class JudgeWarmUp:
         self._thread.join()
 
 
-def warm_judge_kernels(device: torch.device) -> None:
+def warm_judge_kernels(device: torch.device, gpu: Lock = NO_LOCK) -> None:
     """The library's solution hashes, which the first build asks for
     (``compile.cache.namespace_of``: the library's specs read, 0.4-0.6 s on an H100 host), then
     ``judge_ops_once`` on a GPU. Best effort: whatever fails here fails again, and is reported,
@@ -41,7 +49,7 @@ def warm_judge_kernels(device: torch.device) -> None:
 
     try:
         library_solution_hashes()
-        with torch.cuda.device(device):
+        with gpu.shared(), torch.cuda.device(device):
             judge_ops_once(device)
             torch.cuda.synchronize(device)
     except Exception:  # see the docstring

@@ -35,11 +35,21 @@ if TYPE_CHECKING:
     from kernelarena.evaluate.judge.evaluator import Evaluator
 
 
-def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceilings: bool) -> None:
+def worker_main(
+    conn: Connection,
+    device_name: str,
+    log_path: str,
+    measure_ceilings: bool,
+    gpu_lock: str | None = None,
+) -> None:
+    """``gpu_lock``: the file of the lock this judge shares with the GPU's other judges
+    (``device_lock``), where the run has several a GPU."""
     entered = time.time()
     redirect_output(log_path)
     _exit_with_parent()
-    evaluator, environment, phases_s = _start_judge(device_name, log_path, measure_ceilings)
+    evaluator, environment, phases_s = _start_judge(
+        device_name, log_path, measure_ceilings, gpu_lock
+    )
     startup = {"phases_s": phases_s, "entered_at": entered, "ready_at": time.time()}
     print(f"kernelarena worker on {device_name} ready: {describe_startup(startup)}", flush=True)
     conn.send((Message.READY, environment, startup))
@@ -61,7 +71,7 @@ def worker_main(conn: Connection, device_name: str, log_path: str, measure_ceili
 
 
 def _start_judge(
-    device_name: str, log_path: str, measure_ceilings: bool
+    device_name: str, log_path: str, measure_ceilings: bool, gpu_lock: str | None = None
 ) -> tuple[Evaluator, dict[str, Any], dict[str, float]]:
     """Confine this process, start the first sandbox, import torch, make the device's context and
     measure its ceilings: the evaluator, the environment traces record, and each phase's seconds."""
@@ -83,6 +93,7 @@ def _start_judge(
 
     phases.done("import_torch_s")
     from kernelarena.evaluate.judge import ceilings as ceilings_module
+    from kernelarena.evaluate.judge.device_lock import NO_LOCK, DeviceLock
     from kernelarena.evaluate.judge.evaluator import Evaluator
     from kernelarena.runtime.hardware import describe
 
@@ -95,13 +106,16 @@ def _start_judge(
         phases.done("cuda_init_s")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    ceilings = ceilings_module.measure_ceilings(device) if measure_ceilings else {}
+    gpu = DeviceLock(gpu_lock) if gpu_lock else NO_LOCK
+    with gpu.exclusive():
+        ceilings = ceilings_module.measure_ceilings(device) if measure_ceilings else {}
     phases.done("ceilings_s")
     environment = describe(device, ceilings)
-    evaluator = Evaluator(device, environment, sandboxes)
+    evaluator = Evaluator(device, environment, sandboxes, gpu)
     print(f"kernelarena worker on {device_name}: arena of {evaluator.arena.sharing}", flush=True)
     if device.type == "cuda":
-        evaluator.warm_up_in_background()
+        # The warm-up's thread holds a lock of its own: threads would share one open file's.
+        evaluator.warm_up_in_background(DeviceLock(gpu_lock) if gpu_lock else NO_LOCK)
     phases.done("environment_s")
     return evaluator, environment, phases.seconds
 
@@ -258,7 +272,8 @@ def _read_from(path: str, offset: int) -> str:
 
 def main(argv: list[str]) -> None:
     fd, device, log_path = int(argv[0]), argv[1], argv[2]
-    worker_main(Connection(fd), device, log_path, measure_ceilings="--no-ceilings" not in argv)
+    gpu_lock = argv[argv.index("--gpu-lock") + 1] if "--gpu-lock" in argv else None
+    worker_main(Connection(fd), device, log_path, "--no-ceilings" not in argv, gpu_lock=gpu_lock)
 
 
 if __name__ == "__main__":
