@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from kernelarena.evaluate.executors.local import LocalExecutor
 from kernelarena.evaluate.judge.device_lock import NO_LOCK, DeviceLock
@@ -158,6 +159,7 @@ def test_the_judge_checks_shared_and_takes_the_first_call_and_the_timing_alone(
     )
     evaluator = evaluator_module.Evaluator.__new__(evaluator_module.Evaluator)
     evaluator.gpu = lock  # type: ignore[assignment]
+    evaluator.device = torch.device("cpu")
     evaluator.arena = SimpleNamespace(mark=lambda: 0, rewind=lambda mark: None)  # type: ignore[assignment]
     evaluator.sandboxes = SimpleNamespace(spares_stopped=contextlib.nullcontext)  # type: ignore[assignment]
     evaluator._warm_up = None

@@ -124,9 +124,32 @@ def test_the_judge_running_out_of_memory_for_a_workloads_sets_is_a_skip_not_a_ve
         forget_all=lambda: forgotten.append(True),
     )
     evaluator = Evaluator.__new__(Evaluator)
+    evaluator.device = torch.device("cpu")
     evaluator.arena = SimpleNamespace(mark=lambda: (0, 0), rewind=lambda mark: None)
     outcome = evaluator._judged(sets, SimpleNamespace(options=Options()))  # type: ignore[arg-type]
     assert outcome.trace is None
     assert outcome.skipped is not None and outcome.skipped.startswith(JUDGE_OUT_OF_MEMORY)
     assert "cuMemCreate" in outcome.skipped
     assert forgotten == [True]  # the job's sets still go
+
+
+def test_after_a_job_the_judge_gives_back_a_large_cache_of_freed_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reference's and the solution's processes cannot take memory from the judge's cache:
+    past 4 GiB freed and kept, it goes back to the device after the job; less stays for the next."""
+    import torch
+
+    from kernelarena.evaluate.judge import evaluator
+
+    emptied: list[bool] = []
+    held = {"reserved": 10 << 30, "allocated": 1 << 30}
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: held["reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: held["allocated"])
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    evaluator.give_back_cached(torch.device("cuda:0"))
+    assert emptied == [True]
+    held["reserved"] = 3 << 30
+    evaluator.give_back_cached(torch.device("cuda:0"))
+    evaluator.give_back_cached(torch.device("cpu"))
+    assert emptied == [True]

@@ -74,6 +74,22 @@ def _drawn(distribution: Distribution) -> str:
     return f" (inputs drawn as {scale:g} * N(0, 1) + {shift:g})"
 
 
+# Freed device memory the judge's allocator may keep between jobs; past it, the cache goes back.
+CACHED_BETWEEN_JOBS = 4 << 30
+
+
+def give_back_cached(device: torch.device) -> None:
+    """After a job of large sets: the device memory the judge freed goes back to the device, for
+    the next job's reference and solution processes, which cannot take it from this one's cache."""
+    if device.type != "cuda":
+        return
+    if (
+        torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        > CACHED_BETWEEN_JOBS
+    ):
+        torch.cuda.empty_cache()
+
+
 def _not_passed(outcome: Outcome) -> bool:
     evaluation = outcome.trace.evaluation if outcome.trace is not None else None
     return evaluation is not None and evaluation.status is not Status.PASSED
@@ -269,6 +285,7 @@ class Evaluator:
         finally:
             self._capture_failed = sets.capture_failed
             sets.forget_all()
+            give_back_cached(self.device)
 
     def _solution_failed(self, failure: SolutionFailed, job: Job) -> Outcome:
         if failure.kind == "unsupported":
