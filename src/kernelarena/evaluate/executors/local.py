@@ -182,8 +182,8 @@ class LocalExecutor:
 
     def _command(self, device: str, fd: int, log_path: str) -> list[str]:
         """The worker's command line; with several judges a GPU, the file of the GPU's lock."""
-        command = [sys.executable, "-m", "kernelarena.evaluate.judge.worker", str(fd), device]
-        command.append(log_path)
+        worker = "kernelarena.evaluate.judge.worker"
+        command = [sys.executable, "-m", worker, str(fd), device, log_path]
         if not self.measure_ceilings:
             command.append("--no-ceilings")
         if self.judges_per_gpu > 1 and device.startswith("cuda"):
