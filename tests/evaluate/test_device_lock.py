@@ -174,3 +174,19 @@ def test_the_judge_checks_shared_and_takes_the_first_call_and_the_timing_alone(
         ("call", ["shared"]),
         ("timing", ["shared", "exclusive"]),
     ]
+
+
+def test_only_the_judges_own_thread_counts_its_waits(tmp_path: Path) -> None:
+    """The stage clock is the judge's thread's: the warm-up thread's lock never touches it."""
+    from kernelarena.evaluate.judge.stage_clock import JOB_STAGES
+
+    for clocked in (True, False):
+        lock = DeviceLock(tmp_path / "gpu-cuda0.lock", clocked=clocked)
+        JOB_STAGES.begin("checks")
+        try:
+            with lock.shared():
+                pass
+        finally:
+            stages = JOB_STAGES.take()
+            lock.close()
+        assert ("checks/gpu_lock" in stages) is clocked, stages

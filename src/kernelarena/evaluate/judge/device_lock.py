@@ -30,10 +30,13 @@ class DeviceLock:
     more than they need: shared inside exclusive is exclusive, and an exclusive section inside a
     shared one goes back to shared when it ends."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, clocked: bool = True) -> None:
+        """``clocked``: waits count as the job's ``gpu_lock`` stage; only the judge's own thread
+        may say so (the stage clock is one thread's), not its warm-up's."""
         self.path = Path(path)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._held = fcntl.LOCK_UN
+        self._clocked = clocked
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
@@ -60,7 +63,8 @@ class DeviceLock:
             self._take(before)
 
     def _take(self, how: int) -> None:
-        with JOB_STAGES.stage("gpu_lock"):  # a wait for another judge shows in the stage table
+        # A wait for another judge shows in the stage table.
+        with JOB_STAGES.stage("gpu_lock") if self._clocked else contextlib.nullcontext():
             fcntl.flock(self._fd, how)
         self._held = how
 

@@ -115,7 +115,9 @@ def _start_judge(
     print(f"kernelarena worker on {device_name}: arena of {evaluator.arena.sharing}", flush=True)
     if device.type == "cuda":
         # The warm-up's thread holds a lock of its own: threads would share one open file's.
-        evaluator.warm_up_in_background(DeviceLock(gpu_lock) if gpu_lock else NO_LOCK)
+        evaluator.warm_up_in_background(
+            DeviceLock(gpu_lock, clocked=False) if gpu_lock else NO_LOCK
+        )
     phases.done("environment_s")
     return evaluator, environment, phases.seconds
 
