@@ -133,23 +133,24 @@ def test_the_judge_running_out_of_memory_for_a_workloads_sets_is_a_skip_not_a_ve
     assert forgotten == [True]  # the job's sets still go
 
 
-def test_after_a_job_the_judge_gives_back_a_large_cache_of_freed_memory(
+def test_once_sets_are_forgotten_a_large_cache_of_freed_memory_goes_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The reference's and the solution's processes cannot take memory from the judge's cache:
-    past 4 GiB freed and kept, it goes back to the device after the job; less stays for the next."""
+    """The GPU's other processes cannot take memory from one's cache: past 4 GiB freed and kept,
+    the judge's (after a job) and the sandbox's (once it forgets sets) go back to the device; less
+    stays for the next job."""
     import torch
 
-    from kernelarena.evaluate.judge import evaluator
+    from kernelarena.evaluate.sandbox import arena
 
     emptied: list[bool] = []
     held = {"reserved": 10 << 30, "allocated": 1 << 30}
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: held["reserved"])
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: held["allocated"])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
-    evaluator.give_back_cached(torch.device("cuda:0"))
+    arena.give_back_cached(torch.device("cuda:0"))
     assert emptied == [True]
     held["reserved"] = 3 << 30
-    evaluator.give_back_cached(torch.device("cuda:0"))
-    evaluator.give_back_cached(torch.device("cpu"))
+    arena.give_back_cached(torch.device("cuda:0"))
+    arena.give_back_cached(torch.device("cpu"))
     assert emptied == [True]

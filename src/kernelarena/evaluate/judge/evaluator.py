@@ -39,7 +39,7 @@ from kernelarena.evaluate.judge.shared_sets import CheckedJob, SetMaker, SharedS
 from kernelarena.evaluate.judge.verdicts import CheckFailed, SolutionFailed, merge, with_details
 from kernelarena.evaluate.judge.warm_up import JudgeWarmUp
 from kernelarena.evaluate.options import Job
-from kernelarena.evaluate.sandbox.arena import Arena
+from kernelarena.evaluate.sandbox.arena import Arena, give_back_cached
 from kernelarena.evaluate.sandbox.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.sandbox.solution_caches import namespace_of
 from kernelarena.evaluate.sandbox.timing import device_healthy
@@ -72,22 +72,6 @@ def _drawn(distribution: Distribution) -> str:
         return ""
     scale, shift = distribution
     return f" (inputs drawn as {scale:g} * N(0, 1) + {shift:g})"
-
-
-# Freed device memory the judge's allocator may keep between jobs; past it, the cache goes back.
-CACHED_BETWEEN_JOBS = 4 << 30
-
-
-def give_back_cached(device: torch.device) -> None:
-    """After a job of large sets: the device memory the judge freed goes back to the device, for
-    the next job's reference and solution processes, which cannot take it from this one's cache."""
-    if device.type != "cuda":
-        return
-    if (
-        torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        > CACHED_BETWEEN_JOBS
-    ):
-        torch.cuda.empty_cache()
 
 
 def _not_passed(outcome: Outcome) -> bool:

@@ -266,6 +266,21 @@ def release_unused(device: torch.device) -> None:
     """The sandbox's side of ``Arena._release_pending``: buffers of sets it forgot."""
     if device.type == "cuda":
         arena_cuda.release_pending(device)
+        give_back_cached(device)
+
+
+# Freed device memory a process's allocator may keep once its sets are gone; past it, it goes back.
+CACHED_KEPT_BYTES = 4 << 30
+
+
+def give_back_cached(device: torch.device) -> None:
+    """Once a job's sets are forgotten (the judge's, the solution's): the device memory this
+    process freed goes back to the device, past ``CACHED_KEPT_BYTES``, for the other processes of
+    the GPU (the reference's, the next solution's), which cannot take it from this one's cache."""
+    if device.type != "cuda":
+        return
+    if torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > CACHED_KEPT_BYTES:
+        torch.cuda.empty_cache()
 
 
 def _kept_strides(value: torch.Tensor) -> tuple[int, ...]:
