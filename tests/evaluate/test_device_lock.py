@@ -120,11 +120,11 @@ class _Recording:
         return self._section("exclusive")
 
 
-def test_the_judge_checks_shared_and_takes_the_first_call_and_the_timing_alone(
+def test_the_judge_checks_shared_and_takes_the_first_call_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The trials' calls after the first share the GPU; the first (where an autotuner times its
-    configurations) and the whole timing phase hold it alone."""
+    configurations) holds it alone."""
     from kernelarena.data import Correctness, Performance, Workload
     from kernelarena.evaluate.judge import evaluator as evaluator_module
     from kernelarena.evaluate.judge import timing_check
@@ -172,7 +172,7 @@ def test_the_judge_checks_shared_and_takes_the_first_call_and_the_timing_alone(
         ("call", ["shared", "exclusive"]),
         ("call", ["shared"]),
         ("call", ["shared"]),
-        ("timing", ["shared", "exclusive"]),
+        ("timing", ["shared"]),  # its measurements take the GPU alone inside it (below)
     ]
 
 
@@ -190,3 +190,65 @@ def test_only_the_judges_own_thread_counts_its_waits(tmp_path: Path) -> None:
             stages = JOB_STAGES.take()
             lock.close()
         assert ("checks/gpu_lock" in stages) is clocked, stages
+
+
+def test_the_timing_phase_measures_alone_and_checks_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe, the sandbox's timed calls, the judge's clocks and the reference's timing hold
+    the GPU alone; the sets and the checks between them share it."""
+    from kernelarena.data import Performance, Workload
+    from kernelarena.evaluate.judge import timing_check
+    from kernelarena.evaluate.judge.crosscheck import JudgeClock
+    from kernelarena.evaluate.options import Options
+    from kernelarena.evaluate.sandbox.timing import summarize
+
+    lock = _Recording()
+    steps: list[tuple[str, str]] = []
+
+    def step(name: str, result: object = None) -> Any:
+        def record(*args: object, **kwargs: object) -> object:
+            steps.append((name, lock.open[-1] if lock.open else "none"))
+            return result
+
+        return record
+
+    clock = JudgeClock(eager_call_ms=0.01, graph_call_ms=0.01)
+    reported = summarize([0.01], "cuda_graph")
+    for name, result in {
+        "_probe": (True, False),
+        "before_pass": None,
+        "after_pass": None,
+        "judge_clock": clock,
+        "inputs_kept": None,
+        "verify_after_timing": None,
+        "verify_graph": None,
+        "agreed_clock": (clock, "", reported),
+        "host_submit_ms": 0.005,
+        "eager_inflated": False,
+        "evaluator_performance": Performance(timing_mode="cuda_graph"),
+        "sets_filling_l2": 3,
+    }.items():
+        monkeypatch.setattr(timing_check, name, step(name, result))
+    monkeypatch.setattr(timing_check, "reported_timing", lambda reply: reported)
+    monkeypatch.setattr(timing_check, "_costs", lambda job: (None, None))
+    job = SimpleNamespace(options=Options(), workload=Workload(uuid="w", axes={}, inputs={}))
+    sets = SimpleNamespace(
+        job=job,
+        device=torch.device("cuda:0"),
+        make_many=step("make_many", [SimpleNamespace(id=0, bytes=8), SimpleNamespace(id=1)]),
+        sandbox=SimpleNamespace(request=step("sandbox:time", {"ok": True})),
+        forget=step("forget"),
+        capture_failed=False,
+    )
+    evaluator = SimpleNamespace(
+        gpu=lock,
+        environment=SimpleNamespace(ceilings={}),
+        sandboxes=SimpleNamespace(spares_stopped=contextlib.nullcontext),
+    )
+    with lock.shared():
+        performance, _ = timing_check.time_and_verify(sets, evaluator)  # type: ignore[arg-type]
+    assert performance.capturable is True
+    alone = {"_probe", "sandbox:time", "judge_clock", "agreed_clock", "host_submit_ms"}
+    alone |= {"eager_inflated", "evaluator_performance"}
+    for name, held in steps:
+        assert held == ("exclusive" if name in alone else "shared"), (name, held)
+    assert {name for name, _ in steps} >= alone | {"after_pass", "verify_graph", "make_many"}

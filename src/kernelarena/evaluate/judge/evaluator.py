@@ -247,7 +247,7 @@ class Evaluator:
 
                     self._settle()
                     # A spare still starting is stopped while the judge times, not waited for.
-                    with self.gpu.exclusive(), self.sandboxes.spares_stopped():
+                    with self.sandboxes.spares_stopped():
                         performance, log = time_and_verify(sets, self)
             passed = job.make_trace(self.environment, Status.PASSED, log, correctness, performance)
             return Outcome(passed)

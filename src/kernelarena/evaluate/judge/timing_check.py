@@ -53,6 +53,7 @@ from kernelarena.evaluate.sandbox.timing import Timing
 from kernelarena.runtime.inputs import seed_for
 
 if TYPE_CHECKING:
+    from kernelarena.evaluate.judge.device_lock import Lock
     from kernelarena.evaluate.judge.evaluator import Evaluator
 
 # Sets whose outputs are compared in full after the eager pass; the others are checked for poison.
@@ -65,22 +66,11 @@ WATCHED_SETS = 2
 
 @phase("timing", then="finish")
 def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, str]:
-    job = sets.job
+    """The sandbox's timed calls, the judge's clocks and the reference's timing, each alone on the
+    GPU (``evaluator.gpu``: where several judges share it, the checks between them overlap)."""
+    job, gpu = sets.job, evaluator.gpu
     on_gpu = sets.device.type == "cuda"
-    timed = sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2)])
-    options = asdict(job.options)
-    graph, probe_failed = _probe(sets, timed, options) if on_gpu else (False, False)
-    if graph:
-        count = sets_filling_l2(timed[0].bytes, sets.device)
-        timed += sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2, count)])
-    used = timed if graph else timed[:2]
-    before_pass(sets, used)
-    sets.capture_failed = probe_failed or graph
-    reply = sets.sandbox.request("time", [s.id for s in used], options, graph)
-    capture_failed = probe_failed or reply.get("capture_failed") is True
-    sets.capture_failed = capture_failed
-    expect_success(reply)
-    reported = reported_timing(reply)
+    timed, reply, reported, capture_failed = _timed_in_sandbox(sets, gpu)
     graph_timed = reported.mode == "cuda_graph"
     rotated = timed if graph_timed else timed[:2]
     # Until the checks of the graph's replays pass, a failure may be the graph's alone: a kernel
@@ -88,7 +78,8 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     # and absent from the graph. Such a job is timed again with events (``Evaluator``).
     sets.capture_failed = capture_failed or graph_timed
     after_pass(sets, rotated, reply, "the timed calls")
-    clock = judge_clock(sets, rotated, reported)
+    with gpu.exclusive():
+        clock = judge_clock(sets, rotated, reported)
     inputs_kept(sets, rotated)
     verify_after_timing(sets, rotated)
     if graph_timed:
@@ -96,24 +87,57 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
     sets.capture_failed = capture_failed
     bytes_moved, flops = _costs(job)
     floor = physics_floor_ms(bytes_moved, flops, evaluator.environment.ceilings or {})
-    clock, second_look, reported = agreed_clock(
-        sets, rotated, reported, clock, floor, evaluator.sandboxes.spares_stopped
-    )
-    submit_ms = host_submit_ms(sets, rotated, clock.eager_call_ms)
-    # The figure apply ranks by; CPU figures check, they rank nothing.
-    if on_gpu and eager_inflated(clock, submit_ms, reported):
-        clock = eager_second_look(sets, rotated, clock)
-        submit_ms = None if submit_ms is None else min(submit_ms, clock.eager_call_ms)
+    with gpu.exclusive():
+        clock, second_look, reported = agreed_clock(
+            sets, rotated, reported, clock, floor, evaluator.sandboxes.spares_stopped
+        )
+        submit_ms = host_submit_ms(sets, rotated, clock.eager_call_ms)
+        # The figure apply ranks by; CPU figures check, they rank nothing.
+        if on_gpu and eager_inflated(clock, submit_ms, reported):
+            clock = eager_second_look(sets, rotated, clock)
+            submit_ms = None if submit_ms is None else min(submit_ms, clock.eager_call_ms)
     sets.forget(timed)
-    performance = evaluator_performance(
-        sets, evaluator, reported, clock, len(timed), (bytes_moved, flops)
-    )
+    with gpu.exclusive():
+        performance = evaluator_performance(
+            sets, evaluator, reported, clock, len(timed), (bytes_moved, flops)
+        )
     performance.host_submit_ms = submit_ms
     if on_gpu:  # what apply may run inside a capture: a graph that was timed and checked, not
         # one that failed (a host synchronization); a call captured but timed with events (never
         # replayed and checked) stays unknown
         performance.capturable = True if graph_timed else (False if capture_failed else None)
-    notes = [second_look, host_bound_note(reported, clock)]
+    return performance, _notes(performance, reply, second_look, host_bound_note(reported, clock))
+
+
+def _timed_in_sandbox(
+    sets: SetMaker, gpu: Lock
+) -> tuple[list[SharedSet], dict[str, Any], Timing, bool]:
+    """The timed sets, the sandbox's reply to its timed calls, the timing it reports, and whether
+    a capture failed on the way; the probe and the timed calls alone on the GPU."""
+    job = sets.job
+    timed = sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2)])
+    options = asdict(job.options)
+    with gpu.exclusive():
+        on_gpu = sets.device.type == "cuda"
+        graph, probe_failed = _probe(sets, timed, options) if on_gpu else (False, False)
+    if graph:
+        count = sets_filling_l2(timed[0].bytes, sets.device)
+        timed += sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2, count)])
+    used = timed if graph else timed[:2]
+    before_pass(sets, used)
+    sets.capture_failed = probe_failed or graph
+    with gpu.exclusive():
+        reply = sets.sandbox.request("time", [s.id for s in used], options, graph)
+    capture_failed = probe_failed or reply.get("capture_failed") is True
+    sets.capture_failed = capture_failed
+    expect_success(reply)
+    return timed, reply, reported_timing(reply), capture_failed
+
+
+def _notes(performance: Performance, reply: dict[str, Any], *lines: str) -> str:
+    """The trace's log: ``lines``, and compilations during the timed calls (recorded in
+    ``performance``)."""
+    notes = list(lines)
     compiles = reply.get("compiles")
     if isinstance(compiles, int) and compiles > 0:
         performance.compiles_while_timed = compiles
@@ -121,7 +145,7 @@ def time_and_verify(sets: SetMaker, evaluator: Evaluator) -> tuple[Performance, 
             f"torch.compile compiled {compiles} frame(s) during the timed calls: this figure "
             "includes compilation (dispatch ignores it)"
         )
-    return performance, "\n".join(n for n in notes if n)
+    return "\n".join(n for n in notes if n)
 
 
 def _probe(sets: SetMaker, timed: list[SharedSet], options: dict[str, Any]) -> tuple[bool, bool]:
