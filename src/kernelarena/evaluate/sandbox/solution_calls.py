@@ -6,7 +6,6 @@ call is made tells a checked call from a timed one.
 
 from __future__ import annotations
 
-import gc
 import sys
 import time
 from typing import Any
@@ -36,6 +35,7 @@ class SolutionCalls:
         raise NotImplementedError
 
     def _probe(self, set_ids: list[int], options: dict[str, Any]) -> dict[str, Any]:
+        from kernelarena.evaluate.sandbox.arena import give_back_cached
         from kernelarena.evaluate.sandbox.graph_timing import prefers_graph
 
         fn, _ = self._calls(set_ids)
@@ -46,13 +46,11 @@ class SolutionCalls:
             graph_below_us=options["graph_below_us"],
             allow_graph=options.get("allow_graph", True),
         )
-        if self.device.type == "cuda":
-            # The probe's graphs and the results held from them (a large call's outputs, in
-            # the graphs' own pools) go back to the device: the judge's and the reference's
-            # sets need that memory more than the timed calls' first allocation does.
-            del fn, _
-            gc.collect()
-            self.torch.cuda.empty_cache()
+        # The results held from the probe's graphs (a large call's outputs, in the graphs' own
+        # pools) go, and their memory back to the device past what a process may keep: the
+        # judge's and the reference's sets need it more than the timed calls' first allocation.
+        del fn, _
+        give_back_cached(self.device)
         return {"graph": graph, "capture_failed": capture_failed}
 
     def _time(self, set_ids: list[int], options: dict[str, Any], graph: bool) -> dict[str, Any]:
