@@ -17,6 +17,7 @@ import torch
 
 import kernelarena
 import kernelarena.ops as ops
+from kernelarena.runtime.capture import collector_paused
 
 BATCH, HIDDEN, Q_HEADS, KV_HEADS, HEAD_DIM = 4, 1024, 8, 2, 128
 INTERMEDIATE, VOCAB, LAYERS, MAX_SEQ, PROMPT, STEPS = 2816, 2048, 2, 256, 32, 16
@@ -104,7 +105,7 @@ def decode_in_graphs(apply_dataset: Path | None) -> Decoded:
             model.step(tokens, position, seq_lens)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with collector_paused(), torch.cuda.graph(graph):
         next_tokens, hidden = model.step(tokens, position, seq_lens)
     produced: list[list[int]] = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

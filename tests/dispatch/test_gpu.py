@@ -12,6 +12,7 @@ import kernelarena
 import kernelarena.ops as ops
 from kernelarena.compile import build_solution
 from kernelarena.library import load_library
+from kernelarena.runtime.capture import collector_paused
 from kernelarena.testing import assert_close
 from tests.dispatch.toys import add, timed, workload
 
@@ -78,7 +79,7 @@ def test_inside_cuda_graph_capture_apply_runs_the_gpu_time_winner() -> None:
     assert_close(ops.scale(x, 1.5), expected, 1e-2, 1e-2)
     assert ran == ["triton", "torch_eager"]
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with collector_paused(), torch.cuda.graph(graph):
         captured = ops.scale(x, 1.5)
     graph.replay()
     torch.cuda.synchronize()
@@ -100,7 +101,7 @@ def test_capture_check_answers_on_every_stream() -> None:
     seen: list[bool] = []
     x = torch.zeros(4, device="cuda")
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with collector_paused(), torch.cuda.graph(graph):
         seen.append(capturing())
         x.add_(1)
     assert seen == [True]

@@ -37,6 +37,7 @@ from kernelarena.data import Definition, TraceSet, Workload
 from kernelarena.dispatch.runtime import ApplyWarning
 from kernelarena.dispatch.table import workload_key
 from kernelarena.evaluate.inputs import generate_inputs, load_reference, seed_for
+from kernelarena.runtime.capture import collector_paused
 from kernelarena.runtime.verify import expected_outputs, mismatches
 from kernelarena.testing import assert_close
 from tests.dispatch.gpu_decode import decode_in_graphs
@@ -126,7 +127,7 @@ def captured_and_replayed(
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with collector_paused(), torch.cuda.graph(graph):
         captured = operator(*args)
     fresh = arguments(trace_set, definition, workload, "replay")
     for static, value in zip(args, fresh, strict=True):
@@ -180,7 +181,7 @@ def test_the_issue_reproduction_captures_after_a_side_stream_warm_up(tmp_path: P
     graph = torch.cuda.CUDAGraph()
     with warnings.catch_warnings():
         warnings.simplefilter("error", ApplyWarning)
-        with torch.cuda.graph(graph):
+        with collector_paused(), torch.cuda.graph(graph):
             out = ops.rmsnorm(x, weight, 1e-6)
     x.copy_(torch.randn_like(x))
     graph.replay()
@@ -195,7 +196,11 @@ def test_a_key_first_reached_inside_a_capture_captures_the_fallback(tmp_path: Pa
     x = torch.randn(37, 1536, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(1536, device="cuda", dtype=torch.bfloat16)
     graph = torch.cuda.CUDAGraph()
-    with pytest.warns(ApplyWarning, match="inside CUDA graph capture"), torch.cuda.graph(graph):
+    with (
+        pytest.warns(ApplyWarning, match="inside CUDA graph capture"),
+        collector_paused(),
+        torch.cuda.graph(graph),
+    ):
         out = ops.rmsnorm(x, weight, 1e-6)
     graph.replay()
     torch.cuda.synchronize()

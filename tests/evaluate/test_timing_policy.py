@@ -5,6 +5,7 @@ The CPU tests stand in for the GPU timers; the ``gpu`` test runs the real probe.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -20,6 +21,7 @@ from kernelarena.evaluate.sandbox.graph_timing import (
     time_cuda_graph,
 )
 from kernelarena.evaluate.sandbox.timing import Timing, summarize
+from kernelarena.runtime.capture import collector_paused
 
 
 def _timing(ms: float) -> Timing:
@@ -174,6 +176,55 @@ def test_gpu_capture_fails_for_a_host_synchronization_and_runs_nothing() -> None
     assert torch.isnan(out).all()
     assert graph_timing.capture_fails(synchronizing, device)
     plain(0)  # the process still works after the failed capture
+    assert torch.equal(out, x * 2.0)
+    # and so does its random generator, which a failed capture leaves marked as capturing
+    assert torch.randn(4, device=device).isfinite().all()
+
+
+def _graph_dropped_in_a_cycle(device: torch.device) -> None:
+    """A captured CUDA graph left unreachable inside a reference cycle: only the cyclic collector
+    frees it, and its reset then runs wherever the collector happens to run."""
+    x = torch.randn(16, device=device)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream(device)
+    with torch.cuda.stream(side), collector_paused():  # an earlier one is not collected here
+        graph.capture_begin()
+        x.mul_(2.0)
+        graph.capture_end()
+    torch.cuda.synchronize(device)
+    holder: dict[str, Any] = {"graph": graph}
+    holder["self"] = holder
+
+
+@pytest.mark.gpu
+def test_gpu_a_collection_set_off_inside_the_capture_does_not_fail_it() -> None:
+    """A solution whose call allocates Python objects can set the cyclic collector off inside the
+    judge's capture; a CUDA graph it collects there (dropped earlier in a cycle, as a test's
+    traceback or a torch.compile cache leaves one) would be reset mid-capture and fail it
+    ("operation failed due to a previous error during capture"). The judge's captures hold the
+    collector off: with it set to run at every allocation, the capture and the probe succeed."""
+    device = torch.device("cuda:0")
+    x = torch.randn(1 << 16, device=device)
+    out = torch.empty_like(x)
+
+    def allocating(i: int) -> None:
+        torch.mul(x, 2.0, out=out)
+        [[] for _ in range(64)]  # container allocations: the collector's trigger
+
+    thresholds = gc.get_threshold()
+    gc.collect()
+    try:
+        gc.set_threshold(1)
+        _graph_dropped_in_a_cycle(device)
+        assert not graph_timing.capture_fails(allocating, device)
+        _graph_dropped_in_a_cycle(device)
+        graph_timing.capture_graph(allocating, device, calls=4, warmup=1).replay()
+        _graph_dropped_in_a_cycle(device)
+        assert graph_timing.probe_cuda_graph(allocating, device).count == 3
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.collect()
+    torch.cuda.synchronize(device)
     assert torch.equal(out, x * 2.0)
 
 

@@ -7,6 +7,10 @@ comparison with a reference (it reads results back). Apply asks before doing any
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 
@@ -17,3 +21,22 @@ def stream_capturing() -> bool:
     if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return False
     return bool(torch.cuda.is_current_stream_capturing())
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off for a capture. A CUDA graph dropped earlier in
+    a reference cycle (a test's traceback, a torch.compile cache) is destroyed when the collector
+    next runs; if that is inside a capture, its reset is an operation a capture does not permit,
+    and the capture under way fails ("operation failed due to a previous error during capture").
+    ``torch.cuda.graph`` no longer collects before it captures (it became opt-in,
+    ``torch.compiler.config.force_cudagraph_gc``), and
+    any Python inside the capture can set the collector off."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

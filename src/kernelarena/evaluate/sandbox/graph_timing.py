@@ -9,6 +9,7 @@ so callers rotate inputs over as many sets as fill it twice (``sets_filling_l2``
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -24,6 +25,9 @@ from kernelarena.evaluate.sandbox.timing import (
     summarize,
     time_cuda,
 )
+from kernelarena.runtime.capture import collector_paused
+
+log = logging.getLogger("kernelarena.evaluate")
 
 # torch.cuda.Event, Stream and CUDAGraph carry no annotations.
 # mypy: disable-error-code="no-untyped-call"
@@ -135,9 +139,13 @@ def capture_graph(fn: Call, device: torch.device, *, calls: int, warmup: int = 3
         fn(i)
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(i)
+    try:
+        with collector_paused(), torch.cuda.graph(graph):
+            for i in range(calls):
+                fn(i)
+    except Exception:
+        clear_failed_capture(device)
+        raise
     graph.replay()
     torch.cuda.synchronize(device)
     return graph
@@ -217,15 +225,40 @@ def _captured(fn: Call, device: torch.device, calls: int) -> Any:
     side = torch.cuda.Stream(device)  # captures cannot run on the legacy default stream
     side.wait_stream(torch.cuda.current_stream(device))
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side):
-        graph.capture_begin()
-        try:
-            for i in range(calls):
-                fn(i)
-        finally:
-            graph.capture_end()  # ends the capture also when a call failed in it
+    try:
+        with torch.cuda.stream(side), collector_paused():
+            graph.capture_begin()
+            try:
+                for i in range(calls):
+                    fn(i)
+            finally:
+                graph.capture_end()  # ends the capture also when a call failed in it
+    except Exception:
+        clear_failed_capture(device)
+        raise
     torch.cuda.current_stream(device).wait_stream(side)
     return graph
+
+
+def clear_failed_capture(device: torch.device) -> None:
+    """After a capture that failed: the device's random generator is left marked as capturing
+    (the capture's end raised before it unmarked it), and every later draw on it raises "Offset
+    increment outside graph capture encountered unexpectedly", in the sandbox as in any process.
+    A capture that succeeds unmarks it: one of a single small kernel, never replayed."""
+    try:
+        torch.cuda.synchronize(device)
+        scratch = torch.empty(1, device=device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.device(device), torch.cuda.stream(side), collector_paused():
+            graph.capture_begin()
+            scratch.zero_()
+            graph.capture_end()
+        torch.cuda.current_stream(device).wait_stream(side)
+        del graph
+    except Exception as error:  # the original failure is what the caller reports
+        log.warning("could not clear a failed capture's state on %s: %s", device, error)
 
 
 def capture_fails(fn: Call, device: torch.device) -> bool:
