@@ -25,7 +25,9 @@ in each phase of the judge (decode, sandbox_start, build, checks, timing, finish
 its idle wait between jobs and the parent's share, then the larger nested stages
 (``timing/judge_clocks/sandbox:eager``: the judge's clocks waiting on the sandbox). The JSON keeps
 every stage of every run (``stages``) and, per device count, the phases of the median run
-(``ms_per_job_by_phase``). ``--profile DIR`` also writes cProfile files of each measured run's
+(``ms_per_job_by_phase``), and ``growth``: each job's judge time alone against beside the
+most devices, by band of job length and by definition, and the stages that grew
+(``scaling_growth``). ``--profile DIR`` also writes cProfile files of each measured run's
 parent and judges (``DIR/<n>dev-r<repeat>/``, with a text summary beside each; with ``--executor
 ray``, the judges of every run in ``DIR/ray-judges/``); cProfile slows the judges' Python, so take
 speedups and stage times from a run without it. ``--executor ray`` runs the same over a Ray
@@ -53,6 +55,7 @@ from typing import Any
 
 from benchmarks.harness import result_path
 from benchmarks.profiles import parent_profiled, summarize, workers_profiled
+from benchmarks.scaling_growth import growth, growth_lines, job_record
 from kernelarena.data import TraceSet
 from kernelarena.evaluate.executors.devices import resolve_devices, visible_gpu_count
 from kernelarena.evaluate.executors.job_stages import phase_means, stage_table
@@ -103,11 +106,14 @@ def run_once(
     taken: Counter[str] = Counter()
     statuses: dict[tuple[str, str, str], str] = {}
     failures: dict[str, str] = {}  # job -> the end of its trace's log, for what did not pass
+    per_job: dict[str, Any] = {}  # job -> its device, axes and stages (``scaling_growth``)
 
     def record(job: Job, result: JobResult | None) -> None:
         if result is None:
             return
         taken[result.device] += 1
+        if result.stages:
+            per_job["/".join(job.key)] = job_record(job, result)
         if result.trace is not None and result.trace.evaluation is not None:
             evaluation = result.trace.evaluation
             statuses[job.key] = evaluation.status.value
@@ -141,6 +147,7 @@ def run_once(
         "stages": summary.stages,
         "statuses": statuses,
         "failures": failures,
+        "per_job": per_job,
         "environments": environments,
     }
 
@@ -243,6 +250,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{n} device(s): median run {row['median_run_s']:.1f} s, speedup {row['speedup']:.2f}x, "
             f"{row['device_s_per_job']:.3f} s of a device per job"
         )
+    if report.get("growth"):
+        print("\n".join(growth_lines(report["growth"], f"{max(runs)} devices")))
     if report["disagreements"]:
         print(f"{len(report['disagreements'])} jobs changed status between runs (see the JSON)")
     if not args.no_write:
@@ -280,7 +289,7 @@ def build_report(
                 for device, entry in middle["stages"].items()
             },
             "runs": [
-                {k: v for k, v in r.items() if k not in ("statuses", "environments")}
+                {k: v for k, v in r.items() if k not in ("statuses", "environments", "per_job")}
                 for r in measured
             ],
         }
@@ -325,7 +334,23 @@ def build_report(
         "meets_target": None if two is None else two["speedup"] >= TARGET_SPEEDUP_TWO_DEVICES,
         "disagreements": disagreements,
         "statuses": dict(Counter(reference.values())),
+        # Each job's judge time alone and beside the most devices (median runs): where it grew.
+        "growth": _growth_of_medians(runs),
     }
+
+
+def _growth_of_medians(runs: dict[int, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    widest = max(runs)
+    if widest == 1:
+        return None
+    middle = {
+        n: min(
+            measured,
+            key=lambda r: abs(r["run_s"] - statistics.median(m["run_s"] for m in measured)),
+        )
+        for n, measured in runs.items()
+    }
+    return growth(middle[1]["per_job"], middle[widest]["per_job"])
 
 
 if __name__ == "__main__":

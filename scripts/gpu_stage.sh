@@ -104,7 +104,8 @@ case "$stage" in
                  # SPINNERS busy processes (the other judges' and sandboxes' share of the host's cores); the
                  # same with the run and the spinners on cores of their own; beside processes on the other
                  # GPUs that allocate and free device memory uncached (driver calls, as new sandboxes, the
-                 # arena and graph uploads make). Only the first run warms the disk caches: every run
+                 # arena and graph uploads make), 16 MB or (bigneighbors) 4 GiB a time; beside the same
+                 # run on each other GPU in a process of its own (twin). Only the first run warms the disk caches: every run
                  # starts new workers anyway.
     lscpu | grep -E "^(CPU\(s\)|Thread|Core|Socket|NUMA node|Model name|CPU max MHz)" | tee "$OUT/lscpu.txt"
     nvidia-smi topo -m 2>&1 | head -8 | tee -a "$OUT/lscpu.txt"
@@ -114,21 +115,29 @@ case "$stage" in
 pairs = [tuple(map(int, line.split(','))) for line in sys.stdin]
 cores = sorted({core for _, core in pairs}); low = set(cores[: len(cores) // 2])
 print(','.join(str(c) for c, core in pairs if core in low), ','.join(str(c) for c, core in pairs if core not in low))")
-    for variant in ${DIAG_VARIANTS:-alone spinners pinned neighbors}; do
+    for variant in ${DIAG_VARIANTS:-alone spinners pinned neighbors bigneighbors twin}; do
       pids=(); pin_run=(); pin_spin=(); warmup=none
       [ $variant = alone ] && warmup=all
       [ $variant = pinned ] && pin_run=(taskset -c "$run_cpus") && pin_spin=(taskset -c "$spin_cpus")
       if [ $variant = spinners ] || [ $variant = pinned ]; then
         for i in $(seq $spinners); do "${pin_spin[@]}" python3 -c "while True: pass" & pids+=($!); done
       fi
-      if [ $variant = neighbors ]; then
+      if [ $variant = neighbors ] || [ $variant = bigneighbors ]; then
+        # bigneighbors: 4 GiB a time, as the largest workloads' draws and references allocate
+        elements=$(( 1 << 22 )); [ $variant = bigneighbors ] && elements=$(( 1 << 30 ))
         for gpu in $(seq 1 $(( $(nvidia-smi -L | wc -l) - 1 ))); do
           PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 -c "import torch
 d = torch.device('cuda:$gpu')
 while True:
-    x = torch.empty(1 << 22, device=d); del x" & pids+=($!)
+    x = torch.empty($elements, device=d); x.fill_(1.0); del x" & pids+=($!)
         done
         sleep 5  # their CUDA contexts made
+      fi
+      if [ $variant = twin ]; then  # the same run on the other GPUs, each its own process
+        for gpu in $(seq 1 $(( $(nvidia-smi -L | wc -l) - 1 ))); do
+          timeout 200 python3 -m benchmarks.bench_scaling --devices cuda:$gpu \
+            --definitions ${DIAG_DEFS:-rmsnorm_bf16,scale_bf16} --warmup none --no-write > "$OUT/diag_twin_$gpu.txt" 2>&1 & pids+=($!)
+        done
       fi
       log "scaling-diag $variant"
       timeout 200 "${pin_run[@]}" python3 -m benchmarks.bench_scaling --devices cuda:0 \
