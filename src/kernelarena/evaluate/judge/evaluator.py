@@ -33,7 +33,7 @@ from kernelarena.data import (
 )
 from kernelarena.evaluate.judge.crosscheck import TimingRejected
 from kernelarena.evaluate.judge.device_lock import NO_LOCK, Lock
-from kernelarena.evaluate.judge.reference_sandbox import References
+from kernelarena.evaluate.judge.reference_cache import References
 from kernelarena.evaluate.judge.references import Reference, ReferenceFailed
 from kernelarena.evaluate.judge.shared_sets import CheckedJob, SetMaker, SharedSet
 from kernelarena.evaluate.judge.verdicts import CheckFailed, SolutionFailed, merge, with_details
