@@ -14,12 +14,8 @@ import pytest
 from kernelarena.compile import CachedBuildError, build_solution, first_error
 from kernelarena.compile.cache import sandbox_cache
 from kernelarena.data import BuildSpec, Solution, SourceFile, Status, TraceSet
-from kernelarena.evaluate.executors.build_pool import (
-    BuildOutcome,
-    BuildPool,
-    build_target,
-    pool_slots,
-)
+from kernelarena.evaluate.executors.build_pool import BuildOutcome, BuildPool
+from kernelarena.evaluate.executors.build_targets import build_target, pool_slots
 from kernelarena.evaluate.executors.jobs import JobResult, Timeouts
 from kernelarena.evaluate.executors.local import LocalExecutor
 from kernelarena.evaluate.executors.runner import plan, run_jobs

@@ -10,7 +10,7 @@ the solution's sandbox will look for it: the sandbox's own build is then a cache
 that fails leaves its error in the build cache (``compile.cache``), so the next run reports it
 without compiling.
 
-How many at once (``pool_slots``): one build per core the judges leave free (a judge and its
+How many at once (``build_targets.pool_slots``): one build per core the judges leave free (a judge and its
 sandbox keep a core each, per device), and no more than the memory available holds at
 ``BUILD_BYTES`` each; each build compiles one file at a time (``MAX_JOBS=1``) at a lower CPU
 priority than the judges and sandboxes (``NICENESS``). ``KERNELARENA_BUILD_SLOTS`` sets it.
@@ -19,7 +19,6 @@ priority than the judges and sandboxes (``NICENESS``). ``KERNELARENA_BUILD_SLOTS
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import queue
@@ -34,14 +33,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kernelarena.compile.base import first_error
-from kernelarena.data import Definition, Language, Solution
+from kernelarena.data import Definition, Solution
+from kernelarena.evaluate.executors.build_targets import build_target, pool_slots, pooled
 
-# What one build may take at its peak: nvcc's cicc on a CUTLASS-style template kernel reaches
-# 2-3 GB, the host compiler on torch/extension.h about 1 GB.
-BUILD_BYTES = 3 << 30
 NICENESS = 10  # builds yield the cores to the judges and sandboxes around them
 REPLY_LIMIT = 1 << 20
-_POOLED = (Language.CUDA, Language.CPP)
 
 BuildStatus = Literal["built", "failed", "skipped", "unbuilt"]
 Key = tuple[str, str, str]  # the definition's and solution's content hashes, the target
@@ -66,66 +62,6 @@ class BuildOutcome:
         if self.status == "failed":
             return self.first_error + (" (cached: failed before)" if self.cached else "")
         return self.detail.strip().splitlines()[0] if self.detail.strip() else ""
-
-
-def pooled(solution: Solution) -> bool:
-    """Whether the pool builds ``solution`` (compiled languages); the others are ready at once."""
-    return solution.spec.language in _POOLED
-
-
-def pool_slots(devices: int = 1) -> int:
-    """Builds at once: the cores the ``devices`` judges (and their sandboxes) leave free, within
-    the memory available at ``BUILD_BYTES`` a build; at least one."""
-    configured = os.environ.get("KERNELARENA_BUILD_SLOTS")
-    if configured:
-        return max(1, int(configured))
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    by_memory = available_memory() // BUILD_BYTES
-    return max(1, min(cores - 2 * devices, by_memory))
-
-
-def available_memory() -> int:
-    """MemAvailable of /proc/meminfo, in bytes (the page cache counts as free); else the total."""
-    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (OSError, ValueError):
-        return BUILD_BYTES
-
-
-def build_target(device: str) -> str | None:
-    """What the pool builds for on ``device``: ``cpu``, or a GPU's architecture (``sm_90a``),
-    read from nvidia-smi so that no process of the pool makes a CUDA context. None where that
-    cannot be told (no nvidia-smi, GPUs of several architectures): the sandboxes build then."""
-    if not device.startswith("cuda"):
-        return "cpu"
-    found = gpu_architectures()
-    if len(found) != 1:
-        return None
-    major, _, minor = found[0].partition(".")
-    return f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"  # as compile.cuda.device_arch
-
-
-@functools.cache
-def gpu_architectures() -> tuple[str, ...]:
-    """The compute capabilities ('9.0') of this host's GPUs, each once."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return ()
-    try:
-        listed = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return tuple(sorted({line.strip() for line in listed.splitlines() if line.strip()}))
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,8 @@ class LocalExecutor:
         jobs' solutions are built first); None without a pool or without anything to build. The
         devices share one pool and one target (a host's GPUs are of one architecture; where
         they are not, or it cannot be told, the sandboxes build, as without a pool)."""
-        from kernelarena.evaluate.executors.build_pool import BuildPool, build_target, pooled
+        from kernelarena.evaluate.executors.build_pool import BuildPool
+        from kernelarena.evaluate.executors.build_targets import build_target, pooled
 
         self._build_keys, self._settled_at = {}, -1
         if not self._pool_wanted or not any(pooled(job.solution) for job in jobs):

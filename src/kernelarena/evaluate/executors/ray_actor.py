@@ -82,7 +82,7 @@ class EvaluationHost:
         """Queue the builds of a run (``definition`` and ``solution`` payloads, in the order of
         its jobs) in this actor's pool; how many it builds (the others need no build)."""
         from kernelarena.data import Definition, Solution
-        from kernelarena.evaluate.executors.build_pool import build_target
+        from kernelarena.evaluate.executors.build_targets import build_target
 
         if self.pool is None:
             return 0
@@ -125,7 +125,8 @@ class EvaluationHost:
 def _build_pool(ray: Any, demand: dict[str, float], timeout_s: float) -> Any:
     """The actor's build pool, with its share of the node's slots; None where builds are
     turned off (``KERNELARENA_BUILD_POOL=0``: the sandboxes build)."""
-    from kernelarena.evaluate.executors.build_pool import BuildPool, pool_slots
+    from kernelarena.evaluate.executors.build_pool import BuildPool
+    from kernelarena.evaluate.executors.build_targets import pool_slots
 
     if os.environ.get("KERNELARENA_BUILD_POOL") == "0":
         return None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelarena.data import SafetensorsInput
-from kernelarena.evaluate.executors.build_pool import pooled
+from kernelarena.evaluate.executors.build_targets import pooled
 from kernelarena.evaluate.executors.jobs import Job
 
 
