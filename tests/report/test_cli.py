@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelarena.cli import _selection, app
+from kernelarena.cli import app
+from kernelarena.cli.selection import dataset_selection
 from kernelarena.data import TraceSet
 from tests.evaluate.bad_solutions import trace_set as vector_scale_dataset
 from tests.report.synthetic import H200, definition, toy_trace_set, workload
@@ -114,9 +115,11 @@ def test_selection_of_a_datasets_own_jobs(tmp_path: Path) -> None:
     user = TraceSet(root=None)
     traced = workload(7, 4096)
     user.workloads["rmsnorm_bf16"] = [traced]
-    selection = _selection(user, None, "my-shapes", library=False)
+    selection = dataset_selection(user, None, "my-shapes", library=False)
     assert selection.names == ["rmsnorm_bf16"]
     assert selection.own_jobs == {"rmsnorm_bf16": (set(), {traced.uuid})}
-    assert _selection(user, ["rmsnorm"], "my-shapes", library=False).names == ["rmsnorm"]
-    assert _selection(user, None, "my-shapes", library=True).names is None  # everything
-    assert _selection(user, None, None, library=False).names is None  # no --dataset: as before
+    assert dataset_selection(user, ["rmsnorm"], "my-shapes", library=False).names == ["rmsnorm"]
+    assert dataset_selection(user, None, "my-shapes", library=True).names is None  # everything
+    assert (
+        dataset_selection(user, None, None, library=False).names is None
+    )  # no --dataset: as before

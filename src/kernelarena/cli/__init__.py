@@ -13,9 +13,9 @@ keep_bytecode_here()  # before the imports below, which it speeds up where no by
 
 from kernelarena.cli import datasets, dispatch, doctor, report, run, tune  # noqa: E402, F401
 from kernelarena.cli.common import app  # noqa: E402
-from kernelarena.cli.run import _selection  # noqa: E402
+from kernelarena.cli.selection import dataset_selection  # noqa: E402
 
-__all__ = ["_selection", "app", "main"]
+__all__ = ["app", "dataset_selection", "main"]
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from kernelarena.cli.common import (
     load,
     select_or_exit,
 )
-from kernelarena.cli.run import _selection
+from kernelarena.cli.selection import dataset_selection
 
 
 @app.command(short_help="Write an HTML report of the traces.")
@@ -62,7 +62,7 @@ def report(
 
     combined, user = load(dataset, imports)
     try:
-        selection = _selection(user, names, dataset, library, "report", with_traces=True)
+        selection = dataset_selection(user, names, dataset, library, "report", with_traces=True)
         definitions = select_or_exit(combined, selection.names, dataset)
         models = hardware_models(combined, hardware)
         runs = [load_model_run(path) for path in model_runs or []]

@@ -34,6 +34,7 @@ from kernelarena.cli.run_notes import (
     print_results,
     why_nothing_runs,
 )
+from kernelarena.cli.selection import dataset_selection
 from kernelarena.evaluate.executors.jobs import Job, Timeouts
 from kernelarena.evaluate.executors.local import LocalExecutor
 
@@ -235,7 +236,7 @@ def _plan(workers: _Workers, asked: _Asked) -> _Planned:
         options = within_job_time(options, workers.timeouts.run_s)
         if not on_gpu:  # a check's times: a few samples say what a hundred would
             options = cpu_check_options(options)
-        selection = _selection(user, asked.names, asked.dataset, asked.library)
+        selection = dataset_selection(user, asked.names, asked.dataset, asked.library)
         definitions = select_or_exit(combined, selection.names, asked.dataset)
         made = make_plan(combined, selection.names, asked.solutions, suite, on_gpu, options)
         selection.limit(made)
@@ -325,67 +326,6 @@ def cpu_check_workers() -> int:
     times are checks that rank nothing, so its workers may share it: on two cores the built-in
     library's smoke run took 4 minutes instead of 10 on a loaded machine."""
     return max(1, min(4, os.cpu_count() or 1))
-
-
-@dataclass(frozen=True)
-class _Selection:
-    """Which definitions a command is about, and for definitions the dataset adds workloads or
-    solutions to without defining them, which jobs are its own."""
-
-    names: list[str] | None
-    own_jobs: dict[str, tuple[set[str], set[str]]]  # definition -> (solutions, workload uuids)
-
-    def keeps(self, job: Job) -> bool:
-        limit = self.own_jobs.get(job.definition.name)
-        return limit is None or job.solution.name in limit[0] or job.workload.uuid in limit[1]
-
-    def limit(self, made: Plan) -> None:
-        """Keep only the dataset's own jobs, and what it left out of those."""
-        made.jobs = [job for job in made.jobs if self.keeps(job)]
-        made.skipped = [
-            (d, s, why)
-            for d, s, why in made.skipped
-            if d.name not in self.own_jobs or s.name in self.own_jobs[d.name][0]
-        ]
-        made.rejected = [
-            (d, w, why)
-            for d, w, why in made.rejected
-            if d.name not in self.own_jobs or w.uuid in self.own_jobs[d.name][1]
-        ]
-
-
-def _selection(
-    user: TraceSet,
-    names: list[str] | None,
-    dataset: str | None,
-    library: bool,
-    command: str = "run",
-    with_traces: bool = False,
-) -> _Selection:
-    """Names choose; without names, ``--dataset D`` means D's own definitions (those it defines,
-    and those it holds workloads or solutions for: only those jobs; ``with_traces``: and those
-    it holds traces of), and the built-in library joins only with ``--library``. Without
-    either, everything (the library and the default dataset), as before."""
-    if names or not dataset or library:
-        return _Selection(names or None, {})
-    own: dict[str, tuple[set[str], set[str]]] = {}
-    if with_traces:
-        for definition in user.traces:
-            own.setdefault(definition, (set(), set()))
-    for solution in user.solutions.values():
-        if solution.definition not in user.definitions:
-            own.setdefault(solution.definition, (set(), set()))[0].add(solution.name)
-    for definition, workloads in user.workloads.items():
-        if definition not in user.definitions and workloads:
-            own.setdefault(definition, (set(), set()))[1].update(w.uuid for w in workloads)
-    chosen = sorted(set(user.definitions) | set(own))
-    if not chosen:
-        raise ValueError(
-            f"--dataset {dataset}: {user.root} holds no definitions, workloads or solutions; name "
-            f"what to {command} (kernelarena {command} rmsnorm --dataset {dataset}) or add "
-            "--library for the built-in library"
-        )
-    return _Selection(chosen, own)
 
 
 def _executor(kind: str, devices: list[str], timeouts: Timeouts) -> LocalExecutor:
