@@ -25,8 +25,8 @@ in each phase of the judge (decode, sandbox_start, build, checks, timing, finish
 its idle wait between jobs and the parent's share, then the larger nested stages
 (``timing/judge_clocks/sandbox:eager``: the judge's clocks waiting on the sandbox). The JSON keeps
 every stage of every run (``stages``) and, per device count, the phases of the median run
-(``ms_per_job_by_phase``), and ``growth``: each job's judge time alone against beside the
-most devices, by band of job length and by definition, and the stages that grew
+(``ms_per_job_by_phase``), and ``growth``: each job's judge time on one device against the same
+job's with the most devices, by band of job length and by definition, and the stages that grew
 (``scaling_growth``). ``--profile DIR`` also writes cProfile files of each measured run's
 parent and judges (``DIR/<n>dev-r<repeat>/``, with a text summary beside each; with ``--executor
 ray``, the judges of every run in ``DIR/ray-judges/``); cProfile slows the judges' Python, so take
@@ -334,7 +334,7 @@ def build_report(
         "meets_target": None if two is None else two["speedup"] >= TARGET_SPEEDUP_TWO_DEVICES,
         "disagreements": disagreements,
         "statuses": dict(Counter(reference.values())),
-        # Each job's judge time alone and beside the most devices (median runs): where it grew.
+        # Each job's judge time on one device and with the most (median runs): where it grew.
         "growth": _growth_of_medians(runs),
     }
 

@@ -105,8 +105,8 @@ case "$stage" in
                  # same with the run and the spinners on cores of their own; beside processes on the other
                  # GPUs that allocate and free device memory uncached (driver calls, as new sandboxes, the
                  # arena and graph uploads make), 16 MB or (bigneighbors) 4 GiB a time; beside the same
-                 # run on each other GPU in a process of its own (twin). Only the first run warms the disk caches: every run
-                 # starts new workers anyway.
+                 # run on each other GPU in a process of its own (twin). Only the first run warms the disk
+                 # caches: every run starts new workers anyway.
     lscpu | grep -E "^(CPU\(s\)|Thread|Core|Socket|NUMA node|Model name|CPU max MHz)" | tee "$OUT/lscpu.txt"
     nvidia-smi topo -m 2>&1 | head -8 | tee -a "$OUT/lscpu.txt"
     spinners=${SPINNERS:-9}

@@ -30,8 +30,8 @@ def collector_paused() -> Iterator[None]:
     next runs; if that is inside a capture, its reset is an operation a capture does not permit,
     and the capture under way fails ("operation failed due to a previous error during capture").
     ``torch.cuda.graph`` no longer collects before it captures (it became opt-in,
-    ``torch.compiler.config.force_cudagraph_gc``), and
-    any Python inside the capture can set the collector off."""
+    ``torch.compiler.config.force_cudagraph_gc``), and any Python inside the capture can set the
+    collector off."""
     if not gc.isenabled():
         yield
         return
