@@ -99,7 +99,7 @@ def _grown(
         for path in set(before) | set(after):
             if "/" in path:
                 delta[path] += after.get(path, 0.0) - before.get(path, 0.0)
-    biggest = sorted(delta.items(), key=lambda item: item[1], reverse=True)[:count]
+    biggest = sorted(delta.items(), key=lambda item: (-item[1], item[0]))[:count]
     return {path: round(value, 1) for path, value in biggest}
 
 

@@ -38,6 +38,13 @@ fi
 export PYTHONPATH=$PWD/src:$PWD:/tmp/site-lang:/tmp/site PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export KERNELARENA_CACHE=/tmp/ka-cache KERNELARENA_DATASET=/tmp/ka-dataset
 log() { echo "== $(date +%T) $*"; }
+# Each GPU's clocks, power and utilization a second, for the scaling stages: whether a GPU slows
+# while its neighbours work (scripts/dmon_summary.py groups the seconds by how many were busy).
+dmon_start() { nvidia-smi dmon -s pucm -o T -d 1 > "$OUT/dmon_$1.txt" 2>&1 & dmon_pid=$!; }
+dmon_stop() {
+  kill "$dmon_pid" 2>/dev/null; wait "$dmon_pid" 2>/dev/null
+  python3 scripts/dmon_summary.py "$OUT/dmon_$1.txt" | tee "$OUT/dmon_$1_summary.txt"
+}
 {
   log "device"; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
@@ -97,7 +104,9 @@ case "$stage" in
     fi
     ;;
   scaling)
+    dmon_start scaling
     log "scaling"; timeout 540 python3 -m benchmarks.bench_scaling ${SCALING_ARGS:-} 2>&1 | tee "$OUT/scaling.txt" | tail -30
+    dmon_stop scaling
     tar czf "$OUT/results.tgz" benchmarks/results
     ;;
   scaling-diag)  # issue 40: why every judge slows as GPUs are added. One GPU's bench_scaling run alone; beside
@@ -140,8 +149,10 @@ while True:
         done
       fi
       log "scaling-diag $variant"
+      dmon_start "$variant"
       timeout 200 "${pin_run[@]}" python3 -m benchmarks.bench_scaling --devices cuda:0 \
         --definitions ${DIAG_DEFS:-rmsnorm_bf16,scale_bf16} --warmup $warmup --no-write > "$OUT/diag_$variant.txt" 2>&1
+      dmon_stop "$variant"
       [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
       grep -E "device\(s\): run|^ +cuda:0 " "$OUT/diag_$variant.txt" | head -3
     done

@@ -1,0 +1,81 @@
+"""The scaling runs' diagnostics: which jobs' judge time grew with more devices
+(``benchmarks/scaling_growth.py``), and the GPUs' clocks by how many were busy
+(``scripts/dmon_summary.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from benchmarks.scaling_growth import growth, growth_lines, judge_ms
+
+_SPEC = importlib.util.spec_from_file_location(
+    "dmon_summary", Path(__file__).resolve().parents[1] / "scripts" / "dmon_summary.py"
+)
+assert _SPEC is not None and _SPEC.loader is not None
+dmon_summary = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(dmon_summary)
+
+
+def _record(draw: float, clocks: float, axes: dict[str, int]) -> dict[str, Any]:
+    return {
+        "device": "cuda:0",
+        "axes": axes,
+        "ms": {
+            "timing/make_sets/draw": draw,
+            "timing/judge_clocks/sandbox:eager": clocks,
+            "idle": 50.0,  # not the judge's: left out of its time
+        },
+    }
+
+
+def test_growth_names_the_jobs_and_stages_that_grew() -> None:
+    single = {
+        "rmsnorm_bf16/triton/small": _record(10.0, 100.0, {"rows": 1}),
+        "rmsnorm_bf16/triton/large": _record(400.0, 900.0, {"rows": 1000000}),
+        "scale_bf16/cuda/small": _record(5.0, 50.0, {"n": 7}),
+    }
+    wide = {
+        "rmsnorm_bf16/triton/small": _record(12.0, 100.0, {"rows": 1}),
+        "rmsnorm_bf16/triton/large": _record(1400.0, 900.0, {"rows": 1000000}),
+        "scale_bf16/cuda/small": _record(5.0, 50.0, {"n": 7}),
+        "scale_bf16/cuda/only-wide": _record(1.0, 1.0, {"n": 1}),
+    }
+    assert judge_ms(single["rmsnorm_bf16/triton/small"]) == 110.0
+    found = growth(single, wide, top=2)
+    assert [band["jobs"] for band in found["bands"]] == [2, 1]  # under 250 ms, over 1000
+    long_band = found["bands"][1]
+    assert long_band["ms_per_job_before"] == 1300.0 and long_band["ms_per_job_after"] == 2300.0
+    assert next(iter(long_band["grown_stages_ms"])) == "timing/make_sets"  # ties: by name
+    assert long_band["grown_stages_ms"]["timing/make_sets/draw"] == 1000.0
+    assert found["median_ratio_by_definition"] == {"rmsnorm_bf16": 1.394, "scale_bf16": 1.0}
+    first = found["most_grown"][0]
+    assert first["job"] == "rmsnorm_bf16/triton/large" and first["axes"] == {"rows": 1000000}
+    lines = growth_lines(found, "2 devices")
+    assert "rmsnorm_bf16/triton/large {'rows': 1000000}: 1300.0 -> 2300.0 ms" in "\n".join(lines)
+
+
+DMON = """\
+#Time        gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk
+#HH:MM:SS    Idx      W      C      C      %      %      %      %      %      %    MHz    MHz
+ 10:00:01      0    300     40     45     80     30      0      0      0      0   3201   1980
+ 10:00:01      1     80     35     40      0      0      0      0      0      0   3201    345
+ 10:00:02      0    320     40     45     70     30      0      0      0      0   3201   1960
+ 10:00:02      1    290     35     40     75      0      0      0      0      0   3201   1700
+ 10:00:03      0    305     40     45      -     30      0      0      0      0   3201   1800
+"""
+
+
+def test_dmon_summary_groups_seconds_by_busy_gpus() -> None:
+    rows = dmon_summary.samples(DMON)
+    assert len(rows) == 5
+    lines = dmon_summary.summary(rows, busy=30.0)
+    table = [line.split() for line in lines[1:]]
+    # busy GPUs, gpu, seconds, SM MHz, mem MHz, power W, SM util %: a second without a reading
+    # ("-") is not a busy one
+    assert table == [
+        ["1", "0", "1", "1980", "3201", "300", "80"],
+        ["2", "0", "1", "1960", "3201", "320", "70"],
+        ["2", "1", "1", "1700", "3201", "290", "75"],
+    ]
