@@ -9,9 +9,11 @@ so callers rotate inputs over as many sets as fill it twice (``sets_filling_l2``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -139,13 +141,9 @@ def capture_graph(fn: Call, device: torch.device, *, calls: int, warmup: int = 3
         fn(i)
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
-    try:
-        with collector_paused(), torch.cuda.graph(graph):
-            for i in range(calls):
-                fn(i)
-    except Exception:
-        clear_failed_capture(device)
-        raise
+    with guarded_capture(device), torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i)
     graph.replay()
     torch.cuda.synchronize(device)
     return graph
@@ -225,19 +223,28 @@ def _captured(fn: Call, device: torch.device, calls: int) -> Any:
     side = torch.cuda.Stream(device)  # captures cannot run on the legacy default stream
     side.wait_stream(torch.cuda.current_stream(device))
     graph = torch.cuda.CUDAGraph()
+    with guarded_capture(device), torch.cuda.stream(side):
+        graph.capture_begin()
+        try:
+            for i in range(calls):
+                fn(i)
+        finally:
+            graph.capture_end()  # ends the capture also when a call failed in it
+    torch.cuda.current_stream(device).wait_stream(side)
+    return graph
+
+
+@contextlib.contextmanager
+def guarded_capture(device: torch.device) -> Iterator[None]:
+    """Around a capture on ``device``: Python's collector held off inside it
+    (``collector_paused``), and after a failure the state it leaves cleared
+    (``clear_failed_capture``) before the error goes on."""
     try:
-        with torch.cuda.stream(side), collector_paused():
-            graph.capture_begin()
-            try:
-                for i in range(calls):
-                    fn(i)
-            finally:
-                graph.capture_end()  # ends the capture also when a call failed in it
+        with collector_paused():
+            yield
     except Exception:
         clear_failed_capture(device)
         raise
-    torch.cuda.current_stream(device).wait_stream(side)
-    return graph
 
 
 def clear_failed_capture(device: torch.device) -> None:
