@@ -25,10 +25,7 @@ import torch
 from kernelarena.data import Definition
 from kernelarena.evaluate.judge.crosscheck import TimingRejected, reported_timing
 from kernelarena.evaluate.judge.kept_draws import KeptDraws, kept_budget
-from kernelarena.evaluate.judge.references import (
-    Reference,
-    last_line,
-)
+from kernelarena.evaluate.judge.references import Reference, last_line
 from kernelarena.evaluate.sandbox.arena import Arena, kept_strides
 from kernelarena.evaluate.sandbox.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.sandbox.timing import Timing

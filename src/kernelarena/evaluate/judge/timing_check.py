@@ -117,8 +117,8 @@ def _timed_in_sandbox(
     job = sets.job
     timed = sets.make_many([seed_for(job.workload, f"timing{i}") for i in range(2)])
     options = asdict(job.options)
+    on_gpu = sets.device.type == "cuda"
     with gpu.exclusive():
-        on_gpu = sets.device.type == "cuda"
         graph, probe_failed = _probe(sets, timed, options) if on_gpu else (False, False)
     if graph:
         count = sets_filling_l2(timed[0].bytes, sets.device)
