@@ -330,9 +330,31 @@ EOF
                # (VARIANTS="name=VAR=value,..."; "old*" runs .old-src), each
                # variant's wall time and, in code that has it, its stage table
     parts=${COST_PARTS:-fib variants}
-    if [[ " $parts " == *" fib "* ]]; then
+    # FlashInfer-Bench (.whl-fib) and, for ours alone, the bench's dataset in /tmp/fibds
+    fib_wheels() {
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl-fib/flashinfer_bench*.whl .whl-fib/docstring*.whl || exit 1
+    }
+    fib_dataset() {
+      rm -rf /tmp/fibds && python3 benchmarks/bench_vs_flashinfer_bench.py --dry-run --dataset-dir /tmp/fibds > /dev/null 2>&1
+    }
+    # One run's line (LABEL, wall time, traces by status) from its --json output, and its stage
+    # table unless a fourth argument says "quiet"
+    run_summary() {
+      python3 - "$@" <<'EOF'
+import json, sys
+from collections import Counter
+from kernelarena.evaluate.executors.job_stages import stage_table
+path, label, wall, *quiet = sys.argv[1:]
+found = json.load(open(path))
+statuses = Counter(trace["evaluation"]["status"] for trace in found["traces"])
+print(label, wall, "s", len(found["traces"]), "traces", dict(statuses))
+if not quiet:
+    print("\n".join(stage_table(found.get("stages", {}), label)))
+EOF
+    }
+    if [[ " $parts " == *" fib "* ]]; then
+      fib_wheels
       log "vs flashinfer-bench"
       timeout ${FIB_TIMEOUT:-400} python3 benchmarks/bench_vs_flashinfer_bench.py --repeat ${FIB_REPEAT:-3} \
         --git-rev "${REV:-}" --label "${LABEL:-}" > "$OUT/vs_fib.txt" 2>&1
@@ -340,9 +362,7 @@ EOF
       cp "$(ls -t benchmarks/results/vs_flashinfer_bench_*.json | head -1)" "$OUT/"
     fi
     if [[ " $parts " == *" fibprof "* ]]; then  # ours alone on the bench's dataset: a warm-up, then the judge profiled
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl-fib/flashinfer_bench*.whl .whl-fib/docstring*.whl || exit 1
-      rm -rf /tmp/fibds && python3 benchmarks/bench_vs_flashinfer_bench.py --dry-run --dataset-dir /tmp/fibds > /dev/null 2>&1
+      fib_wheels && fib_dataset
       for round in warm timed profiled; do
         rm -rf /tmp/fibds/traces; profile=()
         [ $round = profiled ] && profile=(KERNELARENA_WORKER_PROFILE=$OUT/prof-fib)
@@ -350,11 +370,7 @@ EOF
         env "${profile[@]}" timeout 120 python3 -m kernelarena.cli run rmsnorm_h4096 --dataset /tmp/fibds --device cuda \
           --suite all --json --allow-failures > "$OUT/fibprof_$round.json" 2> "$OUT/fibprof_$round.err"
         wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
-        python3 -c "import json, sys; from kernelarena.evaluate.executors.job_stages import stage_table
-found = json.load(open(sys.argv[1])); statuses = {}
-for trace in found['traces']: statuses[trace['evaluation']['status']] = statuses.get(trace['evaluation']['status'], 0) + 1
-print(sys.argv[2], sys.argv[3], 's', len(found['traces']), 'traces', statuses)
-print('\n'.join(stage_table(found.get('stages', {}), sys.argv[2])))" "$OUT/fibprof_$round.json" $round "$wall"
+        run_summary "$OUT/fibprof_$round.json" "$round" "$wall"
       done
       python3 -c "import sys; from pathlib import Path; from benchmarks.profiles import summarize; summarize(Path(sys.argv[1]))" "$OUT/prof-fib"
       [ -n "${PROFILE_CALLERS:-}" ] && python3 -c "import glob, pstats, sys
@@ -363,9 +379,7 @@ for f in glob.glob(sys.argv[1] + '/*.prof'):
     for name in sys.argv[2:]: s.print_callers(name)" "$OUT/prof-fib" $PROFILE_CALLERS 2>&1 | grep -v "^$" | head -80
     fi
     if [[ " $parts " == *" fibjudges "* ]]; then  # ours alone on the bench's dataset, JUDGES judges a GPU each
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl-fib/flashinfer_bench*.whl .whl-fib/docstring*.whl || exit 1
-      rm -rf /tmp/fibds && python3 benchmarks/bench_vs_flashinfer_bench.py --dry-run --dataset-dir /tmp/fibds > /dev/null 2>&1
+      fib_wheels && fib_dataset
       for judges in ${JUDGES:-1 2 3}; do
         for round in warm timed; do
           rm -rf /tmp/fibds/traces
@@ -373,11 +387,8 @@ for f in glob.glob(sys.argv[1] + '/*.prof'):
           KERNELARENA_JUDGES_PER_GPU=$judges timeout 120 python3 -m kernelarena.cli run rmsnorm_h4096 --dataset /tmp/fibds \
             --device cuda:0 --suite all --json --allow-failures > "$OUT/fibjudges_${judges}_$round.json" 2> "$OUT/fibjudges_${judges}_$round.err"
           wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
-          python3 -c "import json, sys; from kernelarena.evaluate.executors.job_stages import stage_table
-found = json.load(open(sys.argv[1])); statuses = {}
-for trace in found['traces']: statuses[trace['evaluation']['status']] = statuses.get(trace['evaluation']['status'], 0) + 1
-print('judges', sys.argv[2], sys.argv[3], sys.argv[4], 's', len(found['traces']), 'traces', statuses)
-sys.argv[3] == 'timed' and print('\n'.join(stage_table(found.get('stages', {}), sys.argv[2])))" "$OUT/fibjudges_${judges}_$round.json" $judges $round "$wall"
+          quiet=(); [ $round = warm ] && quiet=(quiet)
+          run_summary "$OUT/fibjudges_${judges}_$round.json" "judges $judges $round" "$wall" "${quiet[@]}"
         done
       done
     fi
