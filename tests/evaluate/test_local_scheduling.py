@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import pairwise
+from types import SimpleNamespace
 
-from kernelarena.evaluate.executors.jobs import Job
+from kernelarena.evaluate.executors.jobs import Job, JobTaker
 from kernelarena.evaluate.executors.local import LocalExecutor, _Worker
 from kernelarena.evaluate.executors.runner import plan
 from kernelarena.evaluate.options import Options
@@ -38,3 +40,54 @@ def test_a_free_worker_takes_a_solution_no_other_worker_is_on() -> None:
     executor._queue = deque(j for j in executor._queue if j.solution.name == first)
     shared = executor._take(free)
     assert shared is not None and shared.solution.name == first  # the last one, shared
+
+
+def _fake_jobs(solutions: int, workloads: int, definition: str = "d") -> list[Job]:
+    """Jobs as ``JobTaker`` reads them (names only), in the runner's order: solution-major."""
+    return [
+        SimpleNamespace(  # type: ignore[misc]
+            definition=SimpleNamespace(name=definition),
+            solution=SimpleNamespace(name=f"{definition}-s{s}"),
+            workload=SimpleNamespace(uuid=f"w{w}"),
+        )
+        for s in range(solutions)
+        for w in range(workloads)
+    ]
+
+
+def _taken_in_turns(jobs: list[Job], workers: int) -> dict[int, list[Job]]:
+    """Each worker's jobs, the workers taking one job each in turn, each busy on its last."""
+    taker, queue = JobTaker(jobs), deque(jobs)
+    taken: dict[int, list[Job]] = {w: [] for w in range(workers)}
+    while queue:
+        for worker in range(workers):
+            own = taken[worker][-1].solution.name if taken[worker] else None
+            others = {taken[o][-1].solution.name for o in taken if o != worker and taken[o]}
+            job = taker.take(queue, worker, own, others, lambda _: True)
+            if job is not None:
+                taken[worker].append(job)
+    return taken
+
+
+def test_workers_split_a_definition_of_many_workloads_by_workload() -> None:
+    """Each workload's draws, reference outputs and reference timing are one worker's: no
+    workload is judged by two, while each worker starts a sandbox per solution at most."""
+    taken = _taken_in_turns(_fake_jobs(solutions=3, workloads=12), workers=2)
+    judged_by: dict[str, set[int]] = {}
+    for worker, jobs in taken.items():
+        for job in jobs:
+            judged_by.setdefault(job.workload.uuid, set()).add(worker)
+        switches = sum(1 for a, b in pairwise(jobs) if a.solution.name != b.solution.name)
+        assert switches + 1 <= 3
+    assert all(len(workers) == 1 for workers in judged_by.values())
+    assert sorted(len(jobs) for jobs in taken.values()) == [18, 18]
+
+
+def test_a_definition_of_few_workloads_keeps_each_worker_on_its_solution() -> None:
+    """A published dataset's shape (many solutions, four workloads): a split would cost more
+    sandboxes than draws, so workers take whole solutions, as ``take_job`` has them."""
+    jobs = _fake_jobs(solutions=6, workloads=4)
+    assert not JobTaker(jobs).split
+    for worker_jobs in _taken_in_turns(jobs, workers=2).values():
+        solutions = [job.solution.name for job in worker_jobs]
+        assert all(solutions.count(name) == 4 for name in set(solutions))  # whole solutions

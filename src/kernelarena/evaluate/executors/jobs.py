@@ -5,8 +5,8 @@ it is re-exported here."""
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,13 @@ class JobResult:
         return cls(trace=trace, skipped=payload["skipped"], device=device, stages=stages)
 
 
+# A worker's first job on a workload draws its inputs, asks its reference for their outputs and
+# times the reference (kept for the worker's later jobs on it: ``kept_draws``); a solution new to a
+# worker costs a sandbox start. On a host with four H200s (2026-11-28), the first cost ~0.26 s a
+# workload, the second ~0.4 s a solution.
+SANDBOX_START_IN_WORKLOAD_VISITS = 1.5
+
+
 def take_job(
     queue: deque[Job], own: str | None, others: set[str], ready: Callable[[Job], bool]
 ) -> Job | None:
@@ -59,21 +66,107 @@ def take_job(
     spare that replaces it starts, seconds of a core's time). In first-come order every worker took a
     share of every solution's jobs, so each started a sandbox for every solution of the run
     (two workers on a CPU: 6 sandboxes for 3 solutions, where one worker started 3)."""
-    mine = unserved = shared = None
-    for index, job in enumerate(queue):
+    chosen = _by_solution(queue, range(len(queue)), own, others, ready)
+    return None if chosen is None else _removed(queue, chosen)
+
+
+def _by_solution(
+    queue: deque[Job],
+    indices: Iterable[int],
+    own: str | None,
+    others: set[str],
+    ready: Callable[[Job], bool],
+) -> int | None:
+    """``take_job``'s choice among ``indices`` of the queue (ascending)."""
+    unserved = shared = None
+    for index in indices:
+        job = queue[index]
         if not ready(job):
             continue
         name = job.solution.name
         if name == own:
-            mine = index
-            break
+            return index
         if name not in others:
             unserved = index if unserved is None else unserved
         elif shared is None:
             shared = index
-    chosen = next((i for i in (mine, unserved, shared) if i is not None), None)
-    if chosen is None:
-        return None
-    job = queue[chosen]
-    del queue[chosen]
+    return unserved if unserved is not None else shared
+
+
+def _removed(queue: deque[Job], index: int) -> Job:
+    job = queue[index]
+    del queue[index]
     return job
+
+
+WorkloadKey = tuple[str, str]
+
+
+def workload_key(job: Job) -> WorkloadKey:
+    return job.definition.name, job.workload.uuid
+
+
+class JobTaker:
+    """Which job a free worker takes next, where several workers share a run.
+
+    Within a definition of many workloads and few solutions, the workers split the workloads
+    between them: each worker keeps to the workloads it has judged (or no worker has), taking
+    another solution's jobs on them before its own solution's on a workload another worker has,
+    so that each workload's inputs, reference outputs and reference timing are made by one
+    worker. With one worker per solution instead (``take_job``), every worker made them for
+    every workload: on four GPUs, twice the draws and reference requests of one GPU, and the
+    job's judge 1.5x as long. Where solutions are many and workloads few (a published dataset),
+    the sandboxes a split would add cost more than the draws it saves, and ``take_job``'s
+    order holds: a definition is split where its workloads outnumber its solutions by more than
+    ``SANDBOX_START_IN_WORKLOAD_VISITS``."""
+
+    def __init__(self, jobs: Iterable[Job]) -> None:
+        workloads: dict[str, set[str]] = {}
+        solutions: dict[str, set[str]] = {}
+        for job in jobs:
+            workloads.setdefault(job.definition.name, set()).add(job.workload.uuid)
+            solutions.setdefault(job.definition.name, set()).add(job.solution.name)
+        self.split = {
+            name
+            for name, found in workloads.items()
+            if len(found) > SANDBOX_START_IN_WORKLOAD_VISITS * len(solutions[name])
+        }
+        self._visits: dict[WorkloadKey, set[int]] = {}  # workload -> the workers that judged it
+
+    def take(
+        self,
+        queue: deque[Job],
+        worker: int,
+        own: str | None,
+        others: set[str],
+        ready: Callable[[Job], bool],
+    ) -> Job | None:
+        """The next job (removed from ``queue``) for the free worker ``worker`` whose sandbox
+        serves ``own``, among the ``ready`` ones; None where none is. In a split definition:
+        its own solution on a workload of its own (one it judged, or one no worker has), else
+        another solution with the most jobs on such workloads (preferring one no other worker
+        is on; not for a single job while its own solution has others), else ``take_job``'s
+        choice."""
+        free = [
+            i
+            for i, job in enumerate(queue)
+            if job.definition.name in self.split
+            and self._visits.get(workload_key(job), {worker}) >= {worker}
+            and ready(job)
+        ]
+        chosen = next((i for i in free if queue[i].solution.name == own), None)
+        if chosen is None:
+            fallback = _by_solution(queue, range(len(queue)), own, others, ready)
+            chosen = fallback
+            if free:
+                counts = Counter(queue[i].solution.name for i in free)
+                best = max(counts, key=lambda name: (counts[name], name not in others))
+                # One job is not worth a sandbox where the worker's own solution has others.
+                own_left = fallback is not None and queue[fallback].solution.name == own
+                if counts[best] >= SANDBOX_START_IN_WORKLOAD_VISITS or not own_left:
+                    chosen = next(i for i in free if queue[i].solution.name == best)
+        if chosen is None:
+            return None
+        job = _removed(queue, chosen)
+        self._visits.setdefault(workload_key(job), set()).add(worker)
+        return job

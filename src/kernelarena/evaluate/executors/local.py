@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelarena.evaluate.executors.jobs import JobResult, Timeouts, take_job
+from kernelarena.evaluate.executors.jobs import JobResult, JobTaker, Timeouts
 from kernelarena.evaluate.executors.leftovers import mark_owner, sweep
 from kernelarena.evaluate.executors.worker_process import (
     WorkerProcess,
@@ -97,6 +97,7 @@ class LocalExecutor:
         self._pending: list[_Worker] = []
         self._spawned = 0
         self._queue: deque[Job] = deque()  # the jobs ``run`` has not handed out yet
+        self._taker = JobTaker(())
         if build_pool is True and os.environ.get("KERNELARENA_BUILD_POOL") == "0":
             build_pool = False
         self._pool_wanted = build_pool is not False
@@ -225,7 +226,7 @@ class LocalExecutor:
 
     def run(self, jobs: Sequence[Job], on_result: Callable[[Job, JobResult], None]) -> None:
         self.start()
-        self._queue = deque(jobs)
+        self._queue, self._taker = deque(jobs), JobTaker(jobs)
         pool = self._start_builds(jobs)
         try:
             while self._queue or any(w.job is not None for w in self._workers):
@@ -307,9 +308,10 @@ class LocalExecutor:
             on_result(job, JobResult(trace=trace, device=worker.device))
 
     def _take(self, worker: _Worker) -> Job | None:
-        """The worker's next job among those whose solution is built (``jobs.take_job``)."""
+        """The worker's next job among those whose solution is built (``jobs.JobTaker``)."""
         others = {w.solution for w in self._workers if w is not worker and w.job is not None}
-        return take_job(self._queue, worker.solution, {o for o in others if o}, self._ready)
+        elsewhere = {o for o in others if o}
+        return self._taker.take(self._queue, id(worker), worker.solution, elsewhere, self._ready)
 
     def _submit(self, worker: _Worker, job: Job) -> None:
         worker.stages = {}

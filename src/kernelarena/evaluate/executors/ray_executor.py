@@ -9,7 +9,8 @@ sources, so nothing has to be copied to the nodes beyond an installed kernelaren
 inputs travel through Ray's object store. Where actors go is ``ray_placement``'s.
 
 The driver keeps one job in flight per actor, each actor on one solution as long as it has jobs
-(``jobs.take_job``: a new solution costs an actor's judge a sandbox), and calls ``on_result``
+and, in a definition of many workloads, on workloads no other actor has judged (``jobs.JobTaker``:
+a new solution costs an actor's judge a sandbox, a new workload its draws), and calls ``on_result``
 the moment a job comes back, so traces are appended to the dataset as they arrive. An actor that
 dies (its process killed, its node lost) costs only its job in flight: the job goes back to the
 front of the queue for another actor, at most ``max_retries`` times, then it is reported as a
@@ -28,7 +29,7 @@ from dataclasses import asdict
 from typing import Any
 
 from kernelarena.data import Environment, Status
-from kernelarena.evaluate.executors.jobs import Job, JobResult, Timeouts, take_job
+from kernelarena.evaluate.executors.jobs import Job, JobResult, JobTaker, Timeouts
 from kernelarena.evaluate.executors.ray_actor import EvaluationHost, import_ray
 from kernelarena.evaluate.executors.ray_placement import (
     Actor,
@@ -175,6 +176,7 @@ class RayExecutor:
     def run(self, jobs: Sequence[Job], on_result: Callable[[Job, JobResult], None]) -> None:
         self.start()
         queue: deque[Job] = deque(jobs)
+        taker = JobTaker(jobs)
         losses: dict[int, list[str]] = {}
         fleet = self._fleet
         assert fleet is not None
@@ -184,7 +186,7 @@ class RayExecutor:
                 self._prebuild(actor)
         try:
             while queue or any(a.job is not None for a in fleet.actors):
-                self._hand_out(queue)
+                self._hand_out(queue, taker)
                 self._wait_and_settle(queue, losses, on_result)
         finally:
             self._builds = []
@@ -202,13 +204,14 @@ class RayExecutor:
                 found.append(self._ray.get(ref))
         return merged_summaries(found)
 
-    def _hand_out(self, queue: deque[Job]) -> None:
+    def _hand_out(self, queue: deque[Job], taker: JobTaker) -> None:
         assert self._fleet is not None
         actors = self._fleet.actors
         for actor in actors:
             if queue and actor.job is None and actor.ready_ref is None:
                 others = {a.solution for a in actors if a is not actor and a.job is not None}
-                job = take_job(queue, actor.solution, {o for o in others if o}, lambda _: True)
+                elsewhere = {o for o in others if o}
+                job = taker.take(queue, id(actor), actor.solution, elsewhere, lambda _: True)
                 if job is not None:
                     self._submit(actor, job)
         busy = any(a.job is not None for a in actors)
