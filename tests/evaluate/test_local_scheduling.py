@@ -85,7 +85,7 @@ def test_workers_split_a_definition_of_many_workloads_by_workload() -> None:
 
 def test_a_definition_of_few_workloads_keeps_each_worker_on_its_solution() -> None:
     """A published dataset's shape (many solutions, four workloads): a split would cost more
-    sandboxes than draws, so workers take whole solutions, as ``take_job`` has them."""
+    sandboxes than draws, so workers take whole solutions (``by_solution``)."""
     jobs = _fake_jobs(solutions=6, workloads=4)
     assert not JobTaker(jobs).split
     for worker_jobs in _taken_in_turns(jobs, workers=2).values():

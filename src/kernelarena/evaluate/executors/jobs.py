@@ -56,31 +56,18 @@ class JobResult:
 SANDBOX_START_IN_WORKLOAD_VISITS = 1.5
 
 
-def take_job(
+def by_solution(
     queue: deque[Job], own: str | None, others: set[str], ready: Callable[[Job], bool]
-) -> Job | None:
-    """Remove and return the next job for a free worker whose sandbox serves the solution
+) -> int | None:
+    """Where in ``queue`` the next job is for a free worker whose sandbox serves the solution
     ``own``, among the ``ready`` ones: of ``own``, else of a solution not in ``others`` (those
     the other busy workers are on), else of one of those (the run's last solutions, shared);
     None when none is ready. A solution new to a worker costs it a sandbox start (on a GPU, a
     spare that replaces it starts, seconds of a core's time). In first-come order every worker took a
     share of every solution's jobs, so each started a sandbox for every solution of the run
     (two workers on a CPU: 6 sandboxes for 3 solutions, where one worker started 3)."""
-    chosen = _by_solution(queue, range(len(queue)), own, others, ready)
-    return None if chosen is None else _removed(queue, chosen)
-
-
-def _by_solution(
-    queue: deque[Job],
-    indices: Iterable[int],
-    own: str | None,
-    others: set[str],
-    ready: Callable[[Job], bool],
-) -> int | None:
-    """``take_job``'s choice among ``indices`` of the queue (ascending)."""
     unserved = shared = None
-    for index in indices:
-        job = queue[index]
+    for index, job in enumerate(queue):
         if not ready(job):
             continue
         name = job.solution.name
@@ -113,10 +100,10 @@ class JobTaker:
     between them: each worker keeps to the workloads it has judged (or no worker has), taking
     another solution's jobs on them before its own solution's on a workload another worker has,
     so that each workload's inputs, reference outputs and reference timing are made by one
-    worker. With one worker per solution instead (``take_job``), every worker made them for
+    worker. With one worker per solution instead (``by_solution``), every worker made them for
     every workload: on four GPUs, twice the draws and reference requests of one GPU, and the
     job's judge 1.5x as long. Where solutions are many and workloads few (a published dataset),
-    the sandboxes a split would add cost more than the draws it saves, and ``take_job``'s
+    the sandboxes a split would add cost more than the draws it saves, and ``by_solution``'s
     order holds: a definition is split where its workloads outnumber its solutions by more than
     ``SANDBOX_START_IN_WORKLOAD_VISITS``."""
 
@@ -145,7 +132,7 @@ class JobTaker:
         serves ``own``, among the ``ready`` ones; None where none is. In a split definition:
         its own solution on a workload of its own (one it judged, or one no worker has), else
         another solution with the most jobs on such workloads (preferring one no other worker
-        is on; not for a single job while its own solution has others), else ``take_job``'s
+        is on; not for a single job while its own solution has others), else ``by_solution``'s
         choice."""
         free = [
             i
@@ -156,7 +143,7 @@ class JobTaker:
         ]
         chosen = next((i for i in free if queue[i].solution.name == own), None)
         if chosen is None:
-            fallback = _by_solution(queue, range(len(queue)), own, others, ready)
+            fallback = by_solution(queue, own, others, ready)
             chosen = fallback
             if free:
                 counts = Counter(queue[i].solution.name for i in free)
