@@ -1,9 +1,8 @@
 """The local executor: one persistent worker process per device, jobs handed to whichever is free.
 
-Builds go ahead of the jobs: one build pool (``build_pool``) for all the devices compiles every
-CUDA and C++ solution of the run in parallel while the workers evaluate; a worker takes only jobs
-whose solution is built (Python and Triton ones at once), and a job whose build failed gets the
-build's verdict, a compile error with the compiler's log, without a worker.
+Builds go ahead of the jobs (``build_gate``): a worker takes only jobs whose solution is built, and a
+job whose build failed gets the build's verdict, a compile error with the compiler's log, without a
+worker.
 
 Containment lives here. A worker that dies (segfault, abort, ``os._exit``) or overruns its job's time
 limit is killed and replaced; its job becomes a RUNTIME_ERROR or TIMEOUT trace with the tail of what the
@@ -27,6 +26,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelarena.evaluate.executors.build_gate import BuildGate
 from kernelarena.evaluate.executors.jobs import JobResult, JobTaker, Timeouts
 from kernelarena.evaluate.executors.leftovers import mark_owner, sweep
 from kernelarena.evaluate.executors.worker_process import (
@@ -43,7 +43,6 @@ from kernelarena.evaluate.sandbox.bytecode import with_bytecode
 if TYPE_CHECKING:
     from kernelarena.data import Status
     from kernelarena.evaluate.executors.build_pool import BuildPool
-    from kernelarena.evaluate.executors.build_pool import Key as BuildKey
     from kernelarena.evaluate.executors.jobs import Job
 
 
@@ -98,14 +97,12 @@ class LocalExecutor:
         self._spawned = 0
         self._queue: deque[Job] = deque()  # the jobs ``run`` has not handed out yet
         self._taker = JobTaker(())
-        if build_pool is True and os.environ.get("KERNELARENA_BUILD_POOL") == "0":
-            build_pool = False
-        self._pool_wanted = build_pool is not False
-        self._pool: BuildPool | None = None if isinstance(build_pool, bool) else build_pool
-        self._owns_pool = self._pool is None
-        self._build_keys: dict[int, BuildKey | None] = {}  # each job's build in the pool
-        self._settled_at = -1  # builds over when the queue was last settled
-        self.build_summary: dict[str, Any] = {}  # the last run's pool (``BuildPool.summary``)
+        self._builds = BuildGate(build_pool, self.timeouts.build_s, self.devices)
+
+    @property
+    def build_summary(self) -> dict[str, Any]:
+        """The last run's build pool (``BuildPool.summary``)."""
+        return self._builds.summary
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -126,9 +123,7 @@ class LocalExecutor:
         return [dict(w.environment, startup=w.startup) for w in self._workers]
 
     def close(self) -> None:
-        if self._pool is not None and not self._owns_pool:
-            self._pool.close()
-            self._pool = None
+        self._builds.close()
         for worker in self._pending:
             worker.process.kill()
         self._pending = []
@@ -227,12 +222,11 @@ class LocalExecutor:
     def run(self, jobs: Sequence[Job], on_result: Callable[[Job, JobResult], None]) -> None:
         self.start()
         self._queue, self._taker = deque(jobs), JobTaker(jobs)
-        pool = self._start_builds(jobs)
+        pool = self._builds.start(jobs)
         try:
             while self._queue or any(w.job is not None for w in self._workers):
-                if pool is not None and pool.finished() != self._settled_at:
-                    self._settled_at = pool.finished()
-                    self._settle_unbuilt(on_result)
+                first = self._workers[0]
+                self._builds.settle(self._queue, first.device, first.environment, on_result)
                 for worker in self._workers:
                     if worker.job is None:
                         job = self._take(worker)
@@ -255,63 +249,15 @@ class LocalExecutor:
                 for worker in busy:
                     self._service(worker, ready, on_result)
         finally:
-            if pool is not None:
-                self.build_summary = pool.summary()
-                if self._owns_pool:
-                    pool.close()
-                    self._pool = None
-
-    # -- builds ---------------------------------------------------------------------------------
-
-    def _start_builds(self, jobs: Sequence[Job]) -> BuildPool | None:
-        """The pool, given every build the jobs need in the order of the jobs (so that the first
-        jobs' solutions are built first); None without a pool or without anything to build. The
-        devices share one pool and one target (a host's GPUs are of one architecture; where
-        they are not, or it cannot be told, the sandboxes build, as without a pool)."""
-        from kernelarena.evaluate.executors.build_pool import BuildPool
-        from kernelarena.evaluate.executors.build_targets import build_target, pooled
-
-        self._build_keys, self._settled_at = {}, -1
-        if not self._pool_wanted or not any(pooled(job.solution) for job in jobs):
-            return None
-        targets = {build_target(device) for device in self.devices}
-        target = targets.pop() if len(targets) == 1 else None
-        if target is None:
-            return None
-        if self._pool is None:
-            self._pool = BuildPool(timeout_s=self.timeouts.build_s, devices=len(self.devices))
-        pool = self._pool
-        for job in jobs:
-            self._build_keys[job.id] = pool.submit(job.definition, job.solution, target)
-        return pool
-
-    def _ready(self, job: Job) -> bool:
-        return self._pool is None or self._pool.ready(self._build_keys.get(job.id))
-
-    def _settle_unbuilt(self, on_result: Callable[[Job, JobResult], None]) -> None:
-        """Jobs whose build failed get the build's verdict, and those whose solution cannot be
-        built here (a dependency missing) are skipped, without a worker."""
-        from kernelarena.data import Environment, Status
-
-        assert self._pool is not None
-        worker = self._workers[0]
-        for job in list(self._queue):
-            outcome = self._pool.outcome(self._build_keys.get(job.id))
-            if outcome is None or outcome.status not in ("failed", "skipped"):
-                continue
-            self._queue.remove(job)
-            if outcome.status == "skipped":
-                on_result(job, JobResult(skipped=outcome.detail, device=worker.device))
-                continue
-            environment = Environment.model_validate(worker.environment)
-            trace = job.make_trace(environment, Status.COMPILE_ERROR, outcome.detail)
-            on_result(job, JobResult(trace=trace, device=worker.device))
+            self._builds.end_run(pool)
 
     def _take(self, worker: _Worker) -> Job | None:
         """The worker's next job among those whose solution is built (``jobs.JobTaker``)."""
         others = {w.solution for w in self._workers if w is not worker and w.job is not None}
         elsewhere = {o for o in others if o}
-        return self._taker.take(self._queue, id(worker), worker.solution, elsewhere, self._ready)
+        return self._taker.take(
+            self._queue, id(worker), worker.solution, elsewhere, self._builds.ready
+        )
 
     def _submit(self, worker: _Worker, job: Job) -> None:
         worker.stages = {}
