@@ -51,3 +51,19 @@ def test_the_budget_is_sized_to_the_device(monkeypatch: pytest.MonkeyPatch) -> N
     Properties.total_memory = 1 << 40
     assert kept_budget(torch.device("cuda:0")) == 4 << 30  # at most 4 GiB
     assert kept_budget(torch.device("cpu")) == 64 << 20
+
+
+def test_a_draw_kept_again_counts_once_and_its_outputs_count() -> None:
+    kept = KeptDraws(budget=400_000)  # 33 draws of 12 kB
+    for _ in range(5):
+        kept.put(("w", 0, STANDARD), _draw(3000))  # type: ignore[arg-type]
+    for seed in range(1, 32):
+        kept.put(("w", seed, STANDARD), _draw(3000))  # type: ignore[arg-type]
+    assert all(kept.get(("w", seed, STANDARD)) is not None for seed in range(32))  # 384 kB
+    last = kept.get(("w", 31, STANDARD))
+    assert last is not None
+    kept.keep_outputs(last, False, {"y": torch.randn(3000)})  # type: ignore[arg-type]
+    assert kept.get(("w", 0, STANDARD)) is not None  # 396 kB: nothing goes
+    kept.keep_outputs(last, True, {"y": torch.randn(3000)})  # type: ignore[arg-type]
+    assert kept.get(("w", 1, STANDARD)) is None  # 408 kB: the least recently used went
+    assert kept.outputs(last, True) is not None  # type: ignore[arg-type]
