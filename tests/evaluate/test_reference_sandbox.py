@@ -116,6 +116,13 @@ def _compare(
                 _same(expected[key], expected_here[key], f"{name} output {key}")
             for key in precise:
                 _same(precise[key], precise_here[key], f"{name} float64 output {key}")
+        seeds = [11, 12, 13]  # shaped in one request: each as the judge draws it alone
+        many = there.draw_many(_job(definition, workload, there), device, seeds, (1.0, 0.0))
+        for seed, drawn in zip(seeds, many, strict=True):
+            alone = here.draw(_job(definition, workload, here), device, seed, (1.0, 0.0))
+            assert list(drawn) == list(alone)
+            for key in drawn:
+                _same(drawn[key], alone[key], f"{name} seed {seed} input {key}")
         job = _job(definition, workload, there)
         draws = [there.draw(job, device, seed, (1.0, 0.0)) for seed in (5, 6, 7)]
         for graph in (False, True) if device.type == "cuda" else (False,):
@@ -266,6 +273,37 @@ def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandbox
         other, _ = there.outputs(job, changed)
         assert asked == ["make_inputs", "expect", "expect"]
         assert not torch.equal(other["out"], expected["out"])
+    finally:
+        there.close()
+
+
+def test_a_timings_rotated_draws_are_shaped_by_one_request(sandboxes: Sandboxes) -> None:
+    """A dozen seeds' ``make_inputs`` in one request (``draw_many``), each set its own (the
+    generator of its own seed), and drawn again, none asked at all: they are kept."""
+    definition = load_library().definitions["rmsnorm_bf16"]
+    workload = _workload("rmsnorm_bf16", "row_stride")
+    device = torch.device("cpu")
+    there = SandboxedReference(definition, device, sandboxes)
+    asked: list[str] = []
+    send = there._send
+
+    def counted(operation: str, *rest: object) -> dict[str, object]:
+        if operation != "deliver_held":  # a result of a layout not seen yet: delivered after
+            asked.append(operation)
+        return send(operation, *rest)
+
+    there._send = counted  # type: ignore[method-assign]
+    try:
+        there.ready(60.0)
+        job = _job(definition, workload, there)
+        seeds = list(range(20, 32))
+        many = there.draw_many(job, device, seeds, (1.0, 0.0))
+        assert asked == ["make_inputs"]
+        assert len(many) == len(seeds)
+        assert all(not torch.equal(many[0]["x"], other["x"]) for other in many[1:])
+        again = there.draw_many(job, device, seeds, (1.0, 0.0))
+        assert asked == ["make_inputs"]
+        assert all(a["x"] is b["x"] for a, b in zip(many, again, strict=True))
     finally:
         there.close()
 

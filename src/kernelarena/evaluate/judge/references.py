@@ -81,16 +81,35 @@ class Reference:
     ) -> dict[str, Value]:
         """A set of the workload's inputs (``runtime.inputs.generate_inputs``, with the
         reference's ``make_inputs`` run where it runs)."""
+        return self.draw_many(job, device, [seed], distribution)[0]
+
+    def draw_many(
+        self, job: CheckedJob, device: torch.device, seeds: list[int], distribution: Distribution
+    ) -> list[dict[str, Value]]:
+        """``draw`` for each of ``seeds``, with as few requests to ``make_inputs`` as it takes
+        where it runs elsewhere (a timing's rotated sets come by the dozen)."""
         definition = job.definition
-        drawn = plain_inputs(
-            definition, job.workload, job.axes, device, seed, job.blob_root, distribution
-        )
+        drawn = [
+            plain_inputs(
+                definition, job.workload, job.axes, device, seed, job.blob_root, distribution
+            )
+            for seed in seeds
+        ]
         if not self.shapes_inputs:
-            check_value_constraints(definition, job.axes, drawn.inputs, drawn.origins)
-            return drawn.inputs
-        inputs = self.shape_inputs(job, drawn, device)
-        check_value_constraints(definition, job.axes, inputs, shaped_origins(drawn.origins, inputs))
-        return inputs
+            for one in drawn:
+                check_value_constraints(definition, job.axes, one.inputs, one.origins)
+            return [one.inputs for one in drawn]
+        shaped = self.shape_inputs_many(job, drawn, device)
+        for one, inputs in zip(drawn, shaped, strict=True):
+            origins = shaped_origins(one.origins, inputs)
+            check_value_constraints(definition, job.axes, inputs, origins)
+        return shaped
+
+    def shape_inputs_many(
+        self, job: CheckedJob, drawn: list[PlainInputs], device: torch.device
+    ) -> list[dict[str, Value]]:
+        """``make_inputs`` on each of ``drawn``."""
+        return [self.shape_inputs(job, one, device) for one in drawn]
 
     def shape_inputs(
         self, job: CheckedJob, drawn: PlainInputs, device: torch.device

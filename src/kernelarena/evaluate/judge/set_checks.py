@@ -53,6 +53,12 @@ class SetChecks:
     def draw(self, seed: int, distribution: Distribution = STANDARD) -> dict[str, Value]:
         return self.job.reference.draw(self.job, self.device, seed, distribution)
 
+    @staged("draw")
+    def draw_many(
+        self, seeds: list[int], distribution: Distribution = STANDARD
+    ) -> list[dict[str, Value]]:
+        return self.job.reference.draw_many(self.job, self.device, seeds, distribution)
+
     def given(self, shared: SharedSet) -> dict[str, Value]:
         """The inputs the set was given: the judge's private copy, or where it keeps none, a
         fresh draw of its seed (``pristine``)."""

@@ -33,6 +33,9 @@ from kernelarena.runtime.inputs import (
 )
 
 _set_ids = itertools.count()
+# The sets ``SetMaker.make_many`` draws at once hold at most this many bytes of inputs (one set
+# where it holds more): their draws go to ``make_inputs`` in one request (``draw_many``).
+DRAW_GROUP_BYTES = 256 << 20
 # Elements of each input that a partial refill changes (``SetMaker.refill_some``): few, so that a
 # cache keyed on a sample of the input's elements rarely sees the change.
 PARTIAL_REFILL_ELEMENTS = 2
@@ -96,10 +99,11 @@ class SetMaker(SetChecks):
     ) -> list[SharedSet]:
         """A set per seed, bound in the sandbox by one request (rotated sets come by the dozen)."""
         made, bindings = [], []
-        for seed in seeds:
-            shared, binding = self._share(seed, keep_private, distribution)
-            made.append(shared)
-            bindings.append(binding)
+        for group in self._draw_groups(seeds):
+            for seed, private in zip(group, self.draw_many(group, distribution), strict=True):
+                shared, binding = self._share(seed, private, keep_private, distribution)
+                made.append(shared)
+                bindings.append(binding)
         self._synchronize()
         handoffs = self.arena.take_unsent()
         try:
@@ -121,12 +125,28 @@ class SetMaker(SetChecks):
         self._bound.extend(made)
         return made
 
-    def _share(
-        self, seed: int, keep_private: bool, distribution: Distribution
-    ) -> tuple[SharedSet, tuple[Any, ...]]:
-        """One draw copied into the arena, and what the sandbox needs to bind it."""
+    def _draw_groups(self, seeds: list[int]) -> list[list[int]]:
+        """``seeds`` in runs drawn at once: as many sets as hold ``DRAW_GROUP_BYTES`` of inputs
+        (one where a set holds more), so that a few large draws are never all held at once."""
         definition = self.job.definition
-        private = self.draw(seed, distribution)
+        size = 0
+        for spec in definition.inputs.values():
+            shape = definition.shape_of(spec, self.job.axes)
+            if shape is not None:
+                size += math.prod(shape) * spec.dtype.to_torch().itemsize
+        per_group = max(1, DRAW_GROUP_BYTES // max(size, 1))
+        return [seeds[i : i + per_group] for i in range(0, len(seeds), per_group)]
+
+    def _share(
+        self,
+        seed: int,
+        private: dict[str, Value],
+        keep_private: bool,
+        distribution: Distribution,
+    ) -> tuple[SharedSet, tuple[Any, ...]]:
+        """One draw of ``seed`` (``private``) copied into the arena, and what the sandbox needs
+        to bind it."""
+        definition = self.job.definition
         buffers = allocate_outputs(definition, self.job.axes, self.device)
         tensor_names = [n for n in definition.inputs if isinstance(private[n], torch.Tensor)]
         values = [private[n] for n in tensor_names] + list(buffers.values())

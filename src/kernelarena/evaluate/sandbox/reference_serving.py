@@ -133,31 +133,39 @@ class ReferenceServer:
     def make_inputs(
         self,
         new_buffers: dict[int, tuple[str, int, bool, bytes]],
-        binding: tuple[Any, ...],
+        bindings: list[tuple[Any, ...]],
         guessed: list[str],
         axes: dict[str, int],
         params: dict[str, Any],
-        generator_state: bytes,
+        generator_states: list[bytes],
     ) -> dict[str, Any]:
-        """The definition's ``make_inputs`` on the drawn inputs the set holds, the generator in
-        the state the judge's draw left it. Destinations: one for each input named in
-        ``guessed``, in the layout the judge expects from earlier draws."""
+        """For each bound set in turn, the definition's ``make_inputs`` on the drawn inputs it
+        holds, the generator in the state the judge's draw of it left. Each set's destinations:
+        one for each input named in ``guessed``, in the layout the judge expects from earlier
+        draws. The results not delivered are held, every set's after the last one's, for
+        ``deliver_held``."""
         try:
-            (bound,) = self._bound(new_buffers, [binding])
             names = list(self.definition.inputs)
-            drawn = dict(zip(names, bound.arguments, strict=True))
-            generator = torch.Generator(device=self.device)
-            generator.set_state(torch.frombuffer(bytearray(generator_state), dtype=torch.uint8))
-            result = self.hook(dict(axes), drawn, dict(params), generator, self.device)  # type: ignore[misc]
-            if not isinstance(result, Mapping):
-                raise ReferenceBroken(f"make_inputs returned {type(result).__name__}, not a dict")
-            if set(result) != set(names):
-                raise ReferenceBroken(f"make_inputs returned inputs {sorted(map(str, result))}")
-            values = [result[name] for name in names]
-            targets = dict(zip(guessed, bound.outputs, strict=True))
-            destinations = [targets.get(name) for name in names]
-            self.held = values
-            return {"ok": True, "inputs": self._place(values, destinations, True)}
+            self.held = []
+            replies = []
+            bound = self._bound(new_buffers, bindings)
+            for one, state in zip(bound, generator_states, strict=True):
+                drawn = dict(zip(names, one.arguments, strict=True))
+                generator = torch.Generator(device=self.device)
+                generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+                result = self.hook(dict(axes), drawn, dict(params), generator, self.device)  # type: ignore[misc]
+                if not isinstance(result, Mapping):
+                    raise ReferenceBroken(
+                        f"make_inputs returned {type(result).__name__}, not a dict"
+                    )
+                if set(result) != set(names):
+                    raise ReferenceBroken(f"make_inputs returned inputs {sorted(map(str, result))}")
+                values = [result[name] for name in names]
+                targets = dict(zip(guessed, one.outputs, strict=True))
+                destinations = [targets.get(name) for name in names]
+                replies.append(self._place(values, destinations, True))
+                self.held += values
+            return {"ok": True, "sets": replies}
         except ReferenceBroken as broken:
             return {"broken": str(broken)}
         finally:
