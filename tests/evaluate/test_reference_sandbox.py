@@ -279,7 +279,8 @@ def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandbox
 
 def test_a_timings_rotated_draws_are_shaped_by_one_request(sandboxes: Sandboxes) -> None:
     """A dozen seeds' ``make_inputs`` in one request (``draw_many``), each set its own (the
-    generator of its own seed), and drawn again, none asked at all: they are kept."""
+    generator of its own seed), and drawn again, none asked at all: they are kept. A pass's
+    refills drawn ahead (``draw_ahead``) take one request, and their draws none."""
     definition = load_library().definitions["rmsnorm_bf16"]
     workload = _workload("rmsnorm_bf16", "row_stride")
     device = torch.device("cpu")
@@ -304,6 +305,11 @@ def test_a_timings_rotated_draws_are_shaped_by_one_request(sandboxes: Sandboxes)
         again = there.draw_many(job, device, seeds, (1.0, 0.0))
         assert asked == ["make_inputs"]
         assert all(a["x"] is b["x"] for a, b in zip(many, again, strict=True))
+        there.draw_ahead(job, device, [40, 41, 42])  # a pass's refills, drawn before it
+        assert asked == ["make_inputs", "make_inputs"]
+        refills = [there.draw(job, device, seed, (1.0, 0.0)) for seed in (40, 41, 42)]
+        assert asked == ["make_inputs", "make_inputs"]
+        assert not torch.equal(refills[0]["x"], refills[1]["x"])
     finally:
         there.close()
 

@@ -163,6 +163,16 @@ def plain_inputs(
     return PlainInputs(inputs, origins, generator)
 
 
+def input_bytes(definition: Definition, axes: dict[str, int]) -> int:
+    """The bytes of a set's tensor inputs at ``axes``, before anything is drawn."""
+    size = 0
+    for spec in definition.inputs.values():
+        shape = definition.shape_of(spec, axes)
+        if shape is not None:
+            size += math.prod(shape) * spec.dtype.to_torch().itemsize
+    return size
+
+
 def shaped_origins(origins: dict[str, str], inputs: dict[str, Value]) -> dict[str, str]:
     """Where each input of a set ``make_inputs`` returned came from, for ``InputsError``."""
     return {n: f"{origins.get(n, 'random')}, then make_inputs" for n in inputs}

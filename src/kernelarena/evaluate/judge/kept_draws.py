@@ -72,12 +72,16 @@ class KeptDraws:
         self._kept.move_to_end(key)
         return dict(kept.inputs)
 
+    def keeps(self, size: int) -> bool:
+        """Whether a draw of ``size`` bytes would be kept."""
+        return size * LARGEST_SHARE <= self.budget
+
     def put(self, key: DrawKey, inputs: dict[str, Value]) -> None:
         """Kept, the least recently used going first past the budget; a draw over
         ``1 / LARGEST_SHARE`` of the budget is not."""
         size = _nbytes(inputs)
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
-        if size * LARGEST_SHARE > self.budget or first is None:
+        if not self.keeps(size) or first is None:
             return
         if key in self._kept:
             self._forget(key)

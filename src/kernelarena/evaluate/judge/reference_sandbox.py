@@ -29,7 +29,7 @@ from kernelarena.evaluate.judge.references import Reference, last_line
 from kernelarena.evaluate.sandbox.arena import Arena, kept_strides
 from kernelarena.evaluate.sandbox.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.sandbox.timing import Timing
-from kernelarena.runtime.inputs import Distribution, PlainInputs, Value
+from kernelarena.runtime.inputs import STANDARD, Distribution, PlainInputs, Value, input_bytes
 
 if TYPE_CHECKING:
     from kernelarena.evaluate.judge.shared_sets import CheckedJob
@@ -120,6 +120,15 @@ class SandboxedReference(Reference):
                 found[i] = inputs
         # The caller's dicts; the tensors are read, never written, by the judge.
         return [dict(kept) for kept in found if kept is not None]
+
+    def draw_ahead(self, job: CheckedJob, device: torch.device, seeds: list[int]) -> None:
+        """The draws of a pass's refills, one request for all: only where the reference shapes
+        its inputs (else no request is saved) and each draw is small enough to be kept."""
+        if not self.shapes_inputs or len(seeds) < 2:
+            return
+        size = input_bytes(job.definition, job.axes)
+        if self._kept.keeps(size) and size * len(seeds) <= MAKE_INPUTS_BATCH_BYTES:
+            self.draw_many(job, device, seeds, STANDARD)
 
     def shape_inputs_many(
         self, job: CheckedJob, drawn: list[PlainInputs], device: torch.device

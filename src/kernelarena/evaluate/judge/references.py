@@ -105,6 +105,11 @@ class Reference:
             check_value_constraints(definition, job.axes, inputs, origins)
         return shaped
 
+    def draw_ahead(self, job: CheckedJob, device: torch.device, seeds: list[int]) -> None:
+        """Where draws are kept and ``make_inputs`` runs elsewhere, ``seeds`` drawn (in the
+        standard distribution) in as few requests as it takes, for the ``draw`` of each that
+        follows to find kept; elsewhere nothing."""
+
     def shape_inputs_many(
         self, job: CheckedJob, drawn: list[PlainInputs], device: torch.device
     ) -> list[dict[str, Value]]:

@@ -29,6 +29,7 @@ from kernelarena.runtime.inputs import (
     Distribution,
     Value,
     allocate_outputs,
+    input_bytes,
     poison,
 )
 
@@ -125,15 +126,15 @@ class SetMaker(SetChecks):
         self._bound.extend(made)
         return made
 
+    @staged("draw")
+    def draw_ahead(self, seeds: list[int]) -> None:
+        """``Reference.draw_ahead``: the refills that follow find these seeds' draws kept."""
+        self.job.reference.draw_ahead(self.job, self.device, seeds)
+
     def _draw_groups(self, seeds: list[int]) -> list[list[int]]:
         """``seeds`` in runs drawn at once: as many sets as hold ``DRAW_GROUP_BYTES`` of inputs
         (one where a set holds more), so that a few large draws are never all held at once."""
-        definition = self.job.definition
-        size = 0
-        for spec in definition.inputs.values():
-            shape = definition.shape_of(spec, self.job.axes)
-            if shape is not None:
-                size += math.prod(shape) * spec.dtype.to_torch().itemsize
+        size = input_bytes(self.job.definition, self.job.axes)
         per_group = max(1, DRAW_GROUP_BYTES // max(size, 1))
         return [seeds[i : i + per_group] for i in range(0, len(seeds), per_group)]
 

@@ -234,9 +234,12 @@ def _verify_pass(
     count = min(GRAPH_SAMPLED_SETS if graph else SAMPLED_SETS, len(indices)) if compare else 0
     sampled = random.sample(indices, count)
     stale = set() if partial_only else set(sampled[1::2])
-    for index in indices:
-        label = f"{'graph_' if graph else ''}{'some' if partial_only else 'refresh'}{index}"
-        seed = seed_for(sets.job.workload, label)
+    labels = [
+        f"{'graph_' if graph else ''}{'some' if partial_only else 'refresh'}{i}" for i in indices
+    ]
+    seeds = [seed_for(sets.job.workload, label) for label in labels]
+    sets.draw_ahead([seeds[index] for index in sampled])
+    for index, seed in zip(indices, seeds, strict=True):
         if index in stale:
             sets.refill(timed[index], seed, True, poison=False)
         elif index in sampled:
