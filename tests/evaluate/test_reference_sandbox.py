@@ -242,14 +242,14 @@ def test_the_sandboxed_reference_runs_with_the_judge_s_threads(tmp_path: Path) -
         sandboxes.close()
 
 
-def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandboxes) -> None:
-    """Every job of a workload draws the same seeds: the second solution's draws and expected
-    outputs come from what the first one's asked; a set with a changed input (a partial refill
-    copies what it changes) is never taken for the kept draw."""
+@contextlib.contextmanager
+def _counted_rmsnorm(
+    sandboxes: Sandboxes,
+) -> Iterator[tuple[SandboxedReference, CheckedJob, list[str]]]:
+    """rmsnorm_bf16's reference in its sandbox on the CPU, a job of its strided workload, and the
+    operations the reference asks of its sandbox from now on, in order."""
     definition = load_library().definitions["rmsnorm_bf16"]
-    workload = _workload("rmsnorm_bf16", "row_stride")
-    device = torch.device("cpu")
-    there = SandboxedReference(definition, device, sandboxes)
+    there = SandboxedReference(definition, torch.device("cpu"), sandboxes)
     asked: list[str] = []
     send = there._send
 
@@ -261,11 +261,21 @@ def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandbox
     there._send = counted  # type: ignore[method-assign]
     try:
         there.ready(60.0)
-        job = _job(definition, workload, there)
-        drawn = there.draw(job, device, 1, (1.0, 0.0))
+        yield there, _job(definition, _workload("rmsnorm_bf16", "row_stride"), there), asked
+    finally:
+        there.close()
+
+
+def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandboxes) -> None:
+    """Every job of a workload draws the same seeds: the second solution's draws and expected
+    outputs come from what the first one's asked; a set with a changed input (a partial refill
+    copies what it changes) is never taken for the kept draw."""
+    cpu = torch.device("cpu")
+    with _counted_rmsnorm(sandboxes) as (there, job, asked):
+        drawn = there.draw(job, cpu, 1, (1.0, 0.0))
         expected, precise = there.outputs(job, drawn, precise=True)
         assert asked == ["make_inputs", "expect"]
-        again = there.draw(job, device, 1, (1.0, 0.0))  # the next solution's job
+        again = there.draw(job, cpu, 1, (1.0, 0.0))  # the next solution's job
         assert there.outputs(job, again, precise=True) == (expected, precise)
         assert asked == ["make_inputs", "expect"]
         changed = dict(again, x=again["x"].clone())
@@ -273,45 +283,27 @@ def test_a_draw_and_its_outputs_are_asked_of_the_sandbox_once(sandboxes: Sandbox
         other, _ = there.outputs(job, changed)
         assert asked == ["make_inputs", "expect", "expect"]
         assert not torch.equal(other["out"], expected["out"])
-    finally:
-        there.close()
 
 
 def test_a_timings_rotated_draws_are_shaped_by_one_request(sandboxes: Sandboxes) -> None:
     """A dozen seeds' ``make_inputs`` in one request (``draw_many``), each set its own (the
     generator of its own seed), and drawn again, none asked at all: they are kept. A pass's
     refills drawn ahead (``draw_ahead``) take one request, and their draws none."""
-    definition = load_library().definitions["rmsnorm_bf16"]
-    workload = _workload("rmsnorm_bf16", "row_stride")
-    device = torch.device("cpu")
-    there = SandboxedReference(definition, device, sandboxes)
-    asked: list[str] = []
-    send = there._send
-
-    def counted(operation: str, *rest: object) -> dict[str, object]:
-        if operation != "deliver_held":  # a result of a layout not seen yet: delivered after
-            asked.append(operation)
-        return send(operation, *rest)
-
-    there._send = counted  # type: ignore[method-assign]
-    try:
-        there.ready(60.0)
-        job = _job(definition, workload, there)
+    cpu = torch.device("cpu")
+    with _counted_rmsnorm(sandboxes) as (there, job, asked):
         seeds = list(range(20, 32))
-        many = there.draw_many(job, device, seeds, (1.0, 0.0))
+        many = there.draw_many(job, cpu, seeds, (1.0, 0.0))
         assert asked == ["make_inputs"]
         assert len(many) == len(seeds)
         assert all(not torch.equal(many[0]["x"], other["x"]) for other in many[1:])
-        again = there.draw_many(job, device, seeds, (1.0, 0.0))
+        again = there.draw_many(job, cpu, seeds, (1.0, 0.0))
         assert asked == ["make_inputs"]
         assert all(a["x"] is b["x"] for a, b in zip(many, again, strict=True))
-        there.draw_ahead(job, device, [40, 41, 42])  # a pass's refills, drawn before it
+        there.draw_ahead(job, cpu, [40, 41, 42])  # a pass's refills, drawn before it
         assert asked == ["make_inputs", "make_inputs"]
-        refills = [there.draw(job, device, seed, (1.0, 0.0)) for seed in (40, 41, 42)]
+        refills = [there.draw(job, cpu, seed, (1.0, 0.0)) for seed in (40, 41, 42)]
         assert asked == ["make_inputs", "make_inputs"]
         assert not torch.equal(refills[0]["x"], refills[1]["x"])
-    finally:
-        there.close()
 
 
 def test_a_reference_out_of_memory_once_is_run_again_with_its_memory_given_back(
