@@ -49,6 +49,9 @@ class StandIn:
         self.requests: list[tuple[Any, ...]] = []
         self.sandbox = SimpleNamespace(request=self.request)
 
+    def draw_ahead(self, seeds: list[int]) -> None:
+        pass  # the refills below draw on the spot
+
     def refill(self, shared: Any, seed: int, keep_private: bool, poison: bool = True) -> None:
         generator = torch.Generator().manual_seed(seed)
         shared.inputs["x"].copy_(torch.randn(64, generator=generator))
