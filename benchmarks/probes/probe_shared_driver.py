@@ -1,6 +1,6 @@
 """Which CUDA host operations slow down when processes on the other GPUs of the host do the same.
 
-Issue 40: every judge's job grows when more GPUs work, and the stages that grow (draws, the
+A judge's job takes longer when more GPUs of the host work, and the stages that grow (draws, the
 reference's outputs and timing) are not the solution's clocks. Each operation below runs in one
 process per GPU, for 1, 2, ... GPUs at once (a barrier starts every phase together), and the
 median time per operation is printed for each count. An operation whose time grows with the count
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -73,8 +74,6 @@ def _operations(device: torch.device) -> dict[str, tuple[int, Callable[[], float
 
     def vmm_create() -> None:
         buffer, fd = arena_cuda.create(device, 256 * MiB)
-        import os
-
         os.close(fd)
         del buffer
         arena_cuda.release_pending(device)
