@@ -91,3 +91,15 @@ def test_a_definition_of_few_workloads_keeps_each_worker_on_its_solution() -> No
     for worker_jobs in _taken_in_turns(jobs, workers=2).values():
         solutions = [job.solution.name for job in worker_jobs]
         assert all(solutions.count(name) == 4 for name in set(solutions))  # whole solutions
+
+
+def test_a_worker_keeps_its_solution_of_an_unsplit_definition_beside_a_split_one() -> None:
+    """A split definition's free workloads do not pull a worker off a solution it still has jobs
+    of (each switch costs a sandbox, here and for whoever takes the solution on)."""
+    published = _fake_jobs(solutions=6, workloads=4, definition="published")
+    library = _fake_jobs(solutions=3, workloads=12, definition="library")
+    taker = JobTaker(published + library)
+    assert taker.split == {"library"}
+    queue = deque(library + published[1:4])  # published-s0's last three jobs, after the library's
+    taken = taker.take(queue, 0, "published-s0", set(), lambda _: True)
+    assert taken is not None and taken.solution.name == "published-s0"

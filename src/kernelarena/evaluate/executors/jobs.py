@@ -129,19 +129,24 @@ class JobTaker:
         ready: Callable[[Job], bool],
     ) -> Job | None:
         """The next job (removed from ``queue``) for the free worker ``worker`` whose sandbox
-        serves ``own``, among the ``ready`` ones; None where none is. In a split definition:
-        its own solution on a workload of its own (one it judged, or one no worker has), else
-        another solution with the most jobs on such workloads (preferring one no other worker
-        is on; not for a single job while its own solution has others), else ``by_solution``'s
-        choice."""
-        free = [
-            i
-            for i, job in enumerate(queue)
-            if job.definition.name in self.split
-            and self._visits.get(workload_key(job), {worker}) >= {worker}
-            and ready(job)
-        ]
-        chosen = next((i for i in free if queue[i].solution.name == own), None)
+        serves ``own``, among the ``ready`` ones; None where none is. Its own solution's next
+        job, in a split definition only on a workload of its own (one it judged, or one no
+        worker has); else another solution's with the most jobs on such workloads (preferring
+        one no other worker is on; not for a single job while its own solution has others);
+        else ``by_solution``'s choice."""
+        free = [i for i, job in enumerate(queue) if self._free(job, worker) and ready(job)]
+        # Its own solution's next job: on a workload of its own, or anywhere where the
+        # definition (every job of a solution is of one definition) is not split.
+        chosen = next(
+            (
+                i
+                for i, job in enumerate(queue)
+                if job.solution.name == own
+                and (job.definition.name not in self.split or self._free(job, worker))
+                and ready(job)
+            ),
+            None,
+        )
         if chosen is None:
             fallback = by_solution(queue, own, others, ready)
             chosen = fallback
@@ -157,3 +162,8 @@ class JobTaker:
         job = _removed(queue, chosen)
         self._visits.setdefault(workload_key(job), set()).add(worker)
         return job
+
+    def _free(self, job: Job, worker: int) -> bool:
+        """A job of a split definition on a workload ``worker`` has judged, or no worker has."""
+        seen = self._visits.get(workload_key(job))
+        return job.definition.name in self.split and (seen is None or worker in seen)
