@@ -25,6 +25,15 @@ import torch
 from kernelarena.data import Definition
 from kernelarena.evaluate.judge.crosscheck import TimingRejected, reported_timing
 from kernelarena.evaluate.judge.kept_draws import KeptDraws, kept_budget
+from kernelarena.evaluate.judge.reference_replies import (
+    BadReply,
+    Place,
+    brief,
+    contiguous,
+    described_items,
+    described_place,
+    fits,
+)
 from kernelarena.evaluate.judge.references import Reference, last_line
 from kernelarena.evaluate.sandbox.arena import Arena, kept_strides
 from kernelarena.evaluate.sandbox.sandboxes import Sandbox, SandboxDied, Sandboxes
@@ -34,9 +43,6 @@ from kernelarena.runtime.inputs import STANDARD, Distribution, PlainInputs, Valu
 if TYPE_CHECKING:
     from kernelarena.evaluate.judge.shared_sets import CheckedJob
 
-Place = tuple[torch.dtype, tuple[int, ...], tuple[int, ...]]  # dtype, shape, strides
-# Described results past this size are refused: the judge would allocate them.
-_RESULT_BYTES_LIMIT = 1 << 36
 # The drawn sets one request to ``make_inputs`` shapes hold at most this many bytes: the sandbox
 # holds every set's results until the judge has them, and a timing's rotated sets come by the
 # dozen (a request each cost the judge 27 round trips a job on bench_scaling's norms).
@@ -46,11 +52,6 @@ _RAISED = {
     "make_inputs": "raised in make_inputs",
     "time_reference": "raised while timed",
 }
-_DTYPES = {str(t): t for t in vars(torch).values() if isinstance(t, torch.dtype)}
-
-
-def _contiguous(dtype: torch.dtype, shape: tuple[int, ...]) -> Place:
-    return dtype, shape, tuple(torch.empty(shape, device="meta").stride())
 
 
 class SandboxedReference(Reference):
@@ -216,7 +217,9 @@ class SandboxedReference(Reference):
         results = []
         for index, ((_, targets), one) in enumerate(zip(carved, sets, strict=True)):
             one = one if isinstance(one, dict) else {}
-            described = [item for group in groups for item in _items(one.get(group), len(names))]
+            described = [
+                item for group in groups for item in described_items(one.get(group), len(names))
+            ]
             values = self._collect(keys, described, list(targets), held_from=index * len(keys))
             found: list[dict[str, torch.Tensor]] = [{}, {}]
             for (group, name, _), value in zip(keys, values, strict=True):
@@ -250,7 +253,7 @@ class SandboxedReference(Reference):
         dtype = spec.dtype.to_torch()
         if group == "precise" and spec.dtype.is_float and not spec.dtype.is_low_precision_float:
             dtype = torch.float64
-        return _contiguous(dtype, shape)
+        return contiguous(dtype, shape)
 
     def _carve(
         self, arguments: list[Value], places: list[Place]
@@ -291,7 +294,7 @@ class SandboxedReference(Reference):
                 values[index] = item["value"]
                 continue
             place = self._place_of(item)
-            if item.get("delivered") is True and target is not None and _fits(target, place):
+            if item.get("delivered") is True and target is not None and fits(target, place):
                 values[index] = target.clone()
             else:
                 pending.append((index, place))
@@ -304,19 +307,10 @@ class SandboxedReference(Reference):
         return values
 
     def _place_of(self, item: Any) -> Place:
-        """A described tensor's dtype, shape and strides, checked: the judge allocates it."""
-        described = item if isinstance(item, dict) else {}
-        dtype = _DTYPES.get(str(described.get("dtype")))
-        shape, stride = _sizes(described.get("shape")), _sizes(described.get("stride"))
-        if described.get("type") != "Tensor" or dtype is None or shape is None or stride is None:
-            what = str(described.get("type", type(item).__name__))
-            raise self._failed("is broken", f"it gave {what[:60]} where a tensor belongs")
-        if len(shape) != len(stride):
-            raise self._failed("answered something that is not a reply", str(described)[:200])
-        place: Place = (dtype, shape, kept_strides(shape, stride))
-        if _bytes(place) > _RESULT_BYTES_LIMIT:
-            raise self._failed("is broken", f"a result of shape {shape} is too large")
-        return place
+        try:
+            return described_place(item)
+        except BadReply as bad:
+            raise self._failed(bad.what, bad.detail) from None
 
     def _send(self, operation: str, bindings: Any, *extra: Any) -> dict[str, Any]:
         if self.device.type == "cuda":
@@ -344,7 +338,7 @@ class SandboxedReference(Reference):
             if said.startswith("the sandbox did not answer"):  # still at work: killed
                 what = said.removeprefix("the sandbox ")
                 raise self._failed(what, "its sandbox was killed") from None
-            raise self._failed("failed", _brief(said)) from None
+            raise self._failed("failed", brief(said)) from None
         if "error" in reply:
             # Raised before or while it read the request's descriptors: it starts again.
             self.close()
@@ -375,37 +369,3 @@ def _batches(drawn: list[PlainInputs], limit: int) -> list[list[PlainInputs]]:
         batches[-1].append(one)
         total += size
     return batches
-
-
-def _items(described: Any, count: int) -> list[Any]:
-    return described if isinstance(described, list) and len(described) == count else [0] * count
-
-
-def _sizes(value: Any) -> tuple[int, ...] | None:
-    """A list of sizes or strides from a reply, or None where it is not one."""
-    if not isinstance(value, list) or len(value) > 64:
-        return None
-    if not all(type(n) is int and 0 <= n < 1 << 40 for n in value):
-        return None
-    return tuple(value)
-
-
-def _fits(target: torch.Tensor, place: Place) -> bool:
-    return target.dtype == place[0] and tuple(target.shape) == place[1]
-
-
-def _bytes(place: Place) -> int:
-    dtype, shape, _ = place
-    count = 1
-    for size in shape:
-        count *= size
-    return count * dtype.itemsize
-
-
-def _brief(text: str) -> str:
-    """A death note's first line and its log's last (what the reference printed last)."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith("kernelarena sandbox on")]
-    if len(lines) <= 1:
-        return lines[0][:300] if lines else ""
-    return f"{lines[0][:300]} (its log ends: {lines[-1][:200]})"
