@@ -10,9 +10,9 @@ the solution's sandbox will look for it: the sandbox's own build is then a cache
 that fails leaves its error in the build cache (``compile.cache``), so the next run reports it
 without compiling.
 
-How many at once (``build_targets.pool_slots``): one build per core the judges leave free (a judge and its
-sandbox keep a core each, per device), and no more than the memory available holds at
-``BUILD_BYTES`` each; each build compiles one file at a time (``MAX_JOBS=1``) at a lower CPU
+How many at once (``build_targets.pool_slots``): one build per core the judges leave free (a
+judge and its sandbox keep a core each, per device), and no more than the memory available holds
+at ``BUILD_BYTES`` each; each build compiles one file at a time (``MAX_JOBS=1``) at a lower CPU
 priority than the judges and sandboxes (``NICENESS``). ``KERNELARENA_BUILD_SLOTS`` sets it.
 """
 

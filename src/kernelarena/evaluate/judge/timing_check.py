@@ -234,10 +234,8 @@ def _verify_pass(
     count = min(GRAPH_SAMPLED_SETS if graph else SAMPLED_SETS, len(indices)) if compare else 0
     sampled = random.sample(indices, count)
     stale = set() if partial_only else set(sampled[1::2])
-    labels = [
-        f"{'graph_' if graph else ''}{'some' if partial_only else 'refresh'}{i}" for i in indices
-    ]
-    seeds = [seed_for(sets.job.workload, label) for label in labels]
+    label = f"{'graph_' if graph else ''}{'some' if partial_only else 'refresh'}"
+    seeds = [seed_for(sets.job.workload, f"{label}{index}") for index in indices]
     sets.draw_ahead([seeds[index] for index in sampled])
     for index, seed in zip(indices, seeds, strict=True):
         if index in stale:
