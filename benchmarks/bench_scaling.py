@@ -53,7 +53,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import result_path
+from benchmarks.harness import kernelarena_git_rev, result_path
 from benchmarks.profiles import parent_profiled, summarize, workers_profiled
 from benchmarks.scaling_growth import growth, growth_lines, job_record
 from kernelarena.data import TraceSet
@@ -315,6 +315,7 @@ def build_report(
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "workers": environments,
+            "kernelarena_git_rev": kernelarena_git_rev(),
         },
         "workload": {
             "definitions": args.definitions,

@@ -54,7 +54,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_engine import python_bytecode
-from benchmarks.harness import environment, write_report
+from benchmarks.harness import environment, kernelarena_git_rev, write_report
 from kernelarena.evaluate.executors.job_stages import stage_table
 
 try:
@@ -665,18 +665,7 @@ def dry_run(dataset: Path, trace_set: TraceSet, commands: dict[str, list[str]]) 
 
 def versions(git_rev: str | None) -> dict[str, str]:
     found = {"flashinfer_bench": importlib.metadata.version("flashinfer-bench")}
-    rev = git_rev or os.environ.get("KERNELARENA_GIT_REV")
-    if not rev:
-        # The device gets a copy of the working tree, without .git: pass --git-rev there.
-        try:
-            head = ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"]
-            rev = subprocess.run(head, capture_output=True, text=True, check=True).stdout.strip()
-            status = ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"]
-            changed = subprocess.run(status, capture_output=True, text=True, check=True).stdout
-            rev += "-dirty" if changed.strip() else ""
-        except (OSError, subprocess.CalledProcessError):
-            rev = "unknown"
-    found["kernelarena_git_rev"] = rev
+    found["kernelarena_git_rev"] = kernelarena_git_rev(git_rev)
     return found
 
 

@@ -109,6 +109,23 @@ def environment(device: torch.device) -> dict[str, Any]:
     return info
 
 
+def kernelarena_git_rev(given: str | None = None) -> str:
+    """The code measured: ``given``, else ``KERNELARENA_GIT_REV`` (the device's copy of the working
+    tree may carry an older .git), else the checkout's HEAD, marked dirty where files changed."""
+    rev = given or os.environ.get("KERNELARENA_GIT_REV")
+    if rev:
+        return rev
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"]
+        rev = subprocess.run(head, capture_output=True, text=True, check=True).stdout.strip()
+        status = ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"]
+        changed = subprocess.run(status, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("-dirty" if changed.strip() else "")
+
+
 def toolchain() -> dict[str, str]:
     """nvcc's version line and nvidia-smi's view of the GPU (driver, top SM clock, power limit),
     where they run: what a probe's log needs beside ``environment``."""
