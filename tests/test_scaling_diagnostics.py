@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -78,4 +79,50 @@ def test_dmon_summary_groups_seconds_by_busy_gpus() -> None:
         ["1", "0", "1", "1980", "3201", "300", "80"],
         ["2", "0", "1", "1960", "3201", "320", "70"],
         ["2", "1", "1", "1700", "3201", "290", "75"],
+    ]
+
+
+def _write_traces(folder: Path, stamps: list[tuple[str, str, str]]) -> None:
+    """Traces of (seconds after 12:00, solution, workload uuid), one file a solution."""
+    for seconds, solution, workload in stamps:
+        path = folder / "traces" / "op" / f"{solution}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        trace = {
+            "solution": solution,
+            "workload": {"uuid": workload},
+            "evaluation": {"timestamp": f"2026-11-28T12:00:{seconds}+00:00"},
+        }
+        with path.open("a") as handle:
+            handle.write(json.dumps(trace) + "\n")
+
+
+def test_run_walls_pair_the_jobs_both_runs_reached_and_split_first_jobs(tmp_path: Path) -> None:
+    from benchmarks.compare_run_walls import job_walls, kind
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    # Two solutions; the run before was cut short after three jobs.
+    _write_traces(
+        before, [("00", "op_cuda", "w1"), ("10", "op_cuda", "w2"), ("25", "op_triton", "w1")]
+    )
+    _write_traces(
+        after,
+        [
+            ("00", "op_cuda", "w1"),
+            ("02", "op_cuda", "w2"),
+            ("12", "op_triton", "w1"),
+            ("13", "op_triton", "w2"),
+        ],
+    )
+    walls_before, first_before, count_before = job_walls(before)
+    walls_after, first_after, count_after = job_walls(after)
+    assert (count_before, count_after) == (3, 4)
+    # The first trace has no gap before it; each later job is the gap since the one before.
+    assert walls_before == {("op_cuda", "w2"): 10.0, ("op_triton", "w1"): 15.0}
+    assert walls_after[("op_triton", "w2")] == 1.0
+    assert set(walls_before) & set(walls_after) == {("op_cuda", "w2"), ("op_triton", "w1")}
+    assert first_after == {("op_cuda", "w1"), ("op_triton", "w1")} == first_before
+    assert [kind(s) for s in ("rmsnorm_bf16_torch_compile", "x_sdpa_flash", "x_triton")] == [
+        "torch_compile",
+        "sdpa",
+        "triton",
     ]
