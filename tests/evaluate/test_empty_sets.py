@@ -7,16 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from kernelarena.evaluate.judge.set_checks import EXPECT_BATCH_BYTES, _batches
+from kernelarena.evaluate.judge.request_runs import REQUEST_SET_BYTES, in_runs
 from tests.evaluate.test_large_sets import _check_all_passed, _dataset, run_on_cpu
 
 
 def test_empty_sets_join_the_reference_requests_like_any_other() -> None:
-    empty, small, large = (SimpleNamespace(bytes=n) for n in (0, 1 << 20, EXPECT_BATCH_BYTES))
-    assert _batches([empty, empty]) == [[empty, empty]]  # type: ignore[list-item]
-    assert _batches([empty, large, small]) == [[empty, large], [small]]  # type: ignore[list-item]
-    assert _batches([large, large]) == [[large], [large]]  # type: ignore[list-item]
-    assert _batches([]) == []
+    empty, small, large = (SimpleNamespace(bytes=n) for n in (0, 1 << 20, REQUEST_SET_BYTES))
+
+    def runs(sets: list[SimpleNamespace]) -> list[list[SimpleNamespace]]:
+        return in_runs(sets, lambda shared: shared.bytes)
+
+    assert runs([empty, empty]) == [[empty, empty]]
+    assert runs([empty, large, small]) == [[empty, large], [small]]
+    assert runs([large, large]) == [[large], [large]]
+    assert runs([]) == []
+    # Sets of one size (the seeds a judge draws at once): as many as the bound holds.
+    assert [len(r) for r in in_runs(list(range(9)), lambda _: REQUEST_SET_BYTES // 4)] == [4, 4, 1]
+    assert in_runs([1, 2], lambda _: 0) == [[1, 2]]
 
 
 def test_an_empty_batch_passes_checked_and_timed(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from kernelarena.evaluate.judge.reference_replies import (
     fits,
 )
 from kernelarena.evaluate.judge.references import Reference, last_line
+from kernelarena.evaluate.judge.request_runs import REQUEST_SET_BYTES, in_runs
 from kernelarena.evaluate.sandbox.arena import Arena, kept_strides
 from kernelarena.evaluate.sandbox.sandboxes import Sandbox, SandboxDied, Sandboxes
 from kernelarena.evaluate.sandbox.timing import Timing
@@ -43,10 +44,6 @@ from kernelarena.runtime.inputs import STANDARD, Distribution, PlainInputs, Valu
 if TYPE_CHECKING:
     from kernelarena.evaluate.judge.shared_sets import CheckedJob
 
-# The drawn sets one request to ``make_inputs`` shapes hold at most this many bytes: the sandbox
-# holds every set's results until the judge has them, and a timing's rotated sets come by the
-# dozen (a request each cost the judge 27 round trips a job on bench_scaling's norms).
-MAKE_INPUTS_BATCH_BYTES = 256 << 20
 _RAISED = {
     "expect": "raised",
     "make_inputs": "raised in make_inputs",
@@ -128,16 +125,15 @@ class SandboxedReference(Reference):
         if not self.shapes_inputs or len(seeds) < 2:
             return
         size = input_bytes(job.definition, job.axes)
-        if self._kept.keeps(size) and size * len(seeds) <= MAKE_INPUTS_BATCH_BYTES:
+        if self._kept.keeps(size) and size * len(seeds) <= REQUEST_SET_BYTES:
             self.draw_many(job, device, seeds, STANDARD)
 
     def shape_inputs_many(
         self, job: CheckedJob, drawn: list[PlainInputs], device: torch.device
     ) -> list[dict[str, Value]]:
-        """One request to ``make_inputs`` for each run of ``drawn`` that holds at most
-        ``MAKE_INPUTS_BATCH_BYTES`` (a larger set alone)."""
+        """One request to ``make_inputs`` for each run of ``drawn`` (``request_runs``)."""
         shaped: list[dict[str, Value]] = []
-        for batch in _batches(drawn, MAKE_INPUTS_BATCH_BYTES):
+        for batch in in_runs(drawn, _tensor_bytes):
             shaped += self._shaped(job, batch)
         return shaped
 
@@ -357,15 +353,5 @@ class SandboxedReference(Reference):
         return reply
 
 
-def _batches(drawn: list[PlainInputs], limit: int) -> list[list[PlainInputs]]:
-    """``drawn`` in runs of at most ``limit`` bytes of tensors each (a larger set alone)."""
-    batches: list[list[PlainInputs]] = []
-    total = 0
-    for one in drawn:
-        size = sum(v.nbytes for v in one.inputs.values() if isinstance(v, torch.Tensor))
-        if not batches or total + size > limit:
-            batches.append([])
-            total = 0
-        batches[-1].append(one)
-        total += size
-    return batches
+def _tensor_bytes(drawn: PlainInputs) -> int:
+    return sum(v.nbytes for v in drawn.inputs.values() if isinstance(v, torch.Tensor))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kernelarena.data import Definition
+from kernelarena.evaluate.judge.request_runs import in_runs
 from kernelarena.evaluate.judge.stage_clock import staged
 from kernelarena.evaluate.sandbox.error_ratio import ErrorRatio, ratios
 from kernelarena.runtime.compare import (
@@ -26,9 +27,6 @@ from kernelarena.runtime.inputs import STANDARD, Distribution, Value
 if TYPE_CHECKING:
     from kernelarena.evaluate.judge.shared_sets import CheckedJob, SharedSet
 
-# The sets whose reference outputs one request computes hold at most this many bytes (inputs and
-# outputs): a timing's rotated sets come by the dozen, and each request costs a round trip.
-EXPECT_BATCH_BYTES = 256 << 20
 # ``SetMaker.all_right`` stacks the outputs of up to this many bytes of sets (in float32) into one
 # comparison; and keeps the stacked references and bounds of this many groups of sets.
 STACKED_CHECK_BYTES = 256 << 20
@@ -96,7 +94,7 @@ class SetChecks:
                 for s in sets
                 if s.expected is None and (s.private is not None and s.precise is None) == precise
             ]
-            for batch in _batches(wanted):
+            for batch in in_runs(wanted, lambda shared: shared.bytes):
                 self._expect_batch(batch, precise)
 
     def _expect_batch(self, batch: list[SharedSet], precise: bool) -> None:
@@ -259,17 +257,3 @@ class SetChecks:
         cannot run so, or the inputs would be too large in float64."""
         precise = self.precise(shared)
         return ratios(self.job.definition, produced, expected, precise) if precise else []
-
-
-def _batches(sets: list[SharedSet]) -> list[list[SharedSet]]:
-    """``sets`` in runs of at most ``EXPECT_BATCH_BYTES`` each (a larger set alone): what one
-    request to the reference takes, and what the judge draws again at once for it."""
-    batches: list[list[SharedSet]] = []
-    total = 0
-    for shared in sets:
-        if not batches or total + shared.bytes > EXPECT_BATCH_BYTES:  # empty sets count 0 bytes
-            batches.append([])
-            total = 0
-        batches[-1].append(shared)
-        total += shared.bytes
-    return batches

@@ -18,6 +18,7 @@ import torch
 
 from kernelarena.data import Definition, Workload
 from kernelarena.evaluate.judge.references import Reference
+from kernelarena.evaluate.judge.request_runs import in_runs
 from kernelarena.evaluate.judge.set_checks import SetChecks, in_place
 from kernelarena.evaluate.judge.stage_clock import staged
 from kernelarena.evaluate.judge.verdicts import check_returned, expect_stream_order, expect_success
@@ -34,9 +35,6 @@ from kernelarena.runtime.inputs import (
 )
 
 _set_ids = itertools.count()
-# The sets ``SetMaker.make_many`` draws at once hold at most this many bytes of inputs (one set
-# where it holds more): their draws go to ``make_inputs`` in one request (``draw_many``).
-DRAW_GROUP_BYTES = 256 << 20
 # Elements of each input that a partial refill changes (``SetMaker.refill_some``): few, so that a
 # cache keyed on a sample of the input's elements rarely sees the change.
 PARTIAL_REFILL_ELEMENTS = 2
@@ -132,11 +130,10 @@ class SetMaker(SetChecks):
         self.job.reference.draw_ahead(self.job, self.device, seeds)
 
     def _draw_groups(self, seeds: list[int]) -> list[list[int]]:
-        """``seeds`` in runs drawn at once: as many sets as hold ``DRAW_GROUP_BYTES`` of inputs
-        (one where a set holds more), so that a few large draws are never all held at once."""
+        """``seeds`` in runs drawn at once (``request_runs``): their draws go to ``make_inputs``
+        in one request (``draw_many``), and a few large draws are never all held at once."""
         size = input_bytes(self.job.definition, self.job.axes)
-        per_group = max(1, DRAW_GROUP_BYTES // max(size, 1))
-        return [seeds[i : i + per_group] for i in range(0, len(seeds), per_group)]
+        return in_runs(seeds, lambda _: size)
 
     def _share(
         self,
