@@ -55,10 +55,10 @@ from typing import Any
 
 from benchmarks.harness import kernelarena_git_rev, result_path
 from benchmarks.profiles import parent_profiled, summarize, workers_profiled
-from benchmarks.scaling_growth import growth, growth_lines, job_record
+from benchmarks.scaling_growth import growth, growth_lines
 from kernelarena.data import TraceSet
 from kernelarena.evaluate.executors.devices import resolve_devices, visible_gpu_count
-from kernelarena.evaluate.executors.job_stages import phase_means, stage_table
+from kernelarena.evaluate.executors.job_stages import job_record, phase_means, stage_table
 from kernelarena.evaluate.executors.jobs import Job, JobResult, Timeouts
 from kernelarena.evaluate.executors.local import LocalExecutor
 from kernelarena.evaluate.executors.runner import Executor, plan, run_jobs

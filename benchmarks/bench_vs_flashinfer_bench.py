@@ -395,6 +395,7 @@ def timed_run(setup: Setup, tool: str, label: str, repeat: int, caches: Path) ->
     shutil.rmtree(setup.dataset / "traces", ignore_errors=True)  # every job is evaluated again
     bytecode = setup.work / f"bytecode-{repeat}"
     env = tool_environment(tool, caches, setup.gpus, bytecode if tool == "ours" else None)
+    started_at = time.time()  # the clock of the jobs' ``finished_at``
     started = time.perf_counter()
     try:
         finished = subprocess.run(
@@ -425,7 +426,26 @@ def timed_run(setup: Setup, tool: str, label: str, repeat: int, caches: Path) ->
         record["skipped"] = payload.get("skipped", [])
         record["worker_startup"] = [e.get("startup") for e in payload.get("environments", [])]
         record["stages"] = payload.get("stages", {})  # where each job's time went, by device
+        record["job_stages"] = payload.get("job_stages", [])
+        record["started_at"] = started_at
     return record
+
+
+def first_jobs(record: dict[str, Any]) -> list[str]:
+    """Ours: each solution's first job, when it finished (seconds after the command began) and
+    its judge's phases (ms): the jobs that wait for the run's sandboxes and compilers."""
+    lines, seen = [], set()
+    for job in record.get("job_stages", []):
+        if job["solution"] in seen:
+            continue
+        seen.add(job["solution"])
+        phases: dict[str, float] = {}
+        for path, ms in job["ms"].items():
+            phases[path.split("/", 1)[0]] = phases.get(path.split("/", 1)[0], 0.0) + ms
+        at = job.get("finished_at", record["started_at"]) - record["started_at"]
+        shown = ", ".join(f"{name} {ms:.0f}" for name, ms in phases.items() if ms >= 1)
+        lines.append(f"{job['solution']}: first job done {at:.2f} s in ({shown} ms)")
+    return lines
 
 
 def gpu_holders() -> set[int]:
@@ -469,6 +489,8 @@ def print_run(record: dict[str, Any], expected: int) -> None:
         for skipped in record.get("skipped", []):
             print(f"    skipped: {skipped}")
     for line in stage_table(record.get("stages", {})):
+        print("    " + line)
+    for line in first_jobs(record):
         print("    " + line)
 
 

@@ -1,10 +1,11 @@
 """Which jobs take their judge longer when more devices run at once, and in which stages.
 
-``bench_scaling`` keeps, for every run, each job's stages in milliseconds (``job_record``). Set
-against each other, the one-device run and the widest one say whether the slowdown is spread over
-every job (something every judge does: the host's CPU, a lock) or held by a few (large workloads:
-allocations, the driver, host memory), and which stages grow. The stage paths are those of
-``stage_clock`` (self times; a stage's time with what is nested in it is the sum over its subtree).
+``bench_scaling`` keeps, for every run, each job's stages in milliseconds
+(``job_stages.job_record``). Set against each other, the one-device run and the widest one say
+whether the slowdown is spread over every job (something every judge does: the host's CPU, a
+lock) or held by a few (large workloads: allocations, the driver, host memory), and which stages
+grow. The stage paths are those of ``stage_clock`` (self times; a stage's time with what is nested
+in it is the sum over its subtree).
 """
 
 from __future__ import annotations
@@ -14,19 +15,9 @@ from collections import defaultdict
 from typing import Any
 
 from kernelarena.evaluate.executors.job_stages import PHASES
-from kernelarena.evaluate.executors.jobs import Job, JobResult
 
 # Jobs are sorted into these bands by their judge's time in the one-device run (ms).
 BANDS = ((0.0, 250.0), (250.0, 1000.0), (1000.0, float("inf")))
-
-
-def job_record(job: Job, result: JobResult) -> dict[str, Any]:
-    """A job's device, its workload's axes and its stages in ms (those of 0.1 ms or more)."""
-    return {
-        "device": result.device,
-        "axes": dict(job.workload.axes),
-        "ms": {path: round(1e3 * s, 2) for path, s in sorted(result.stages.items()) if s >= 1e-4},
-    }
 
 
 def judge_ms(record: dict[str, Any]) -> float:

@@ -339,18 +339,22 @@ EOF
       rm -rf /tmp/fibds && python3 benchmarks/bench_vs_flashinfer_bench.py --dry-run --dataset-dir /tmp/fibds > /dev/null 2>&1
     }
     # One run's line (LABEL, wall time, traces by status) from its --json output, and its stage
-    # table unless a fourth argument says "quiet"
+    # table and each solution's first job (when it finished after START, its phases) unless a
+    # fifth argument says "quiet"
     run_summary() {
       python3 - "$@" <<'EOF'
 import json, sys
 from collections import Counter
+from benchmarks.bench_vs_flashinfer_bench import first_jobs
 from kernelarena.evaluate.executors.job_stages import stage_table
-path, label, wall, *quiet = sys.argv[1:]
+path, label, wall, start, *quiet = sys.argv[1:]
 found = json.load(open(path))
 statuses = Counter(trace["evaluation"]["status"] for trace in found["traces"])
 print(label, wall, "s", len(found["traces"]), "traces", dict(statuses))
 if not quiet:
     print("\n".join(stage_table(found.get("stages", {}), label)))
+    record = {"job_stages": found.get("job_stages", []), "started_at": float(start)}
+    print("\n".join("  " + line for line in first_jobs(record)))
 EOF
     }
     if [[ " $parts " == *" fib "* ]]; then
@@ -370,13 +374,15 @@ EOF
         env "${profile[@]}" timeout 120 python3 -m kernelarena.cli run rmsnorm_h4096 --dataset /tmp/fibds --device cuda \
           --suite all --json --allow-failures > "$OUT/fibprof_$round.json" 2> "$OUT/fibprof_$round.err"
         wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
-        run_summary "$OUT/fibprof_$round.json" "$round" "$wall"
+        run_summary "$OUT/fibprof_$round.json" "$round" "$wall" "$start"
       done
       python3 -c "import sys; from pathlib import Path; from benchmarks.profiles import summarize; summarize(Path(sys.argv[1]))" "$OUT/prof-fib"
       [ -n "${PROFILE_CALLERS:-}" ] && python3 -c "import glob, pstats, sys
 for f in glob.glob(sys.argv[1] + '/*.prof'):
     s = pstats.Stats(f); s.strip_dirs(); s.sort_stats('tottime')
     for name in sys.argv[2:]: s.print_callers(name)" "$OUT/prof-fib" $PROFILE_CALLERS 2>&1 | grep -v "^$" | head -80
+      # One file back for all of it: no more than eight come back from a call.
+      (cd "$OUT" && tar czf fibprof.tgz prof-fib fibprof_* && rm -rf prof-fib fibprof_*.json fibprof_*.err)
     fi
     if [[ " $parts " == *" fibjudges "* ]]; then  # ours alone on the bench's dataset, JUDGES judges a GPU each
       fib_wheels && fib_dataset
@@ -388,7 +394,7 @@ for f in glob.glob(sys.argv[1] + '/*.prof'):
             --device cuda:0 --suite all --json --allow-failures > "$OUT/fibjudges_${judges}_$round.json" 2> "$OUT/fibjudges_${judges}_$round.err"
           wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
           quiet=(); [ $round = warm ] && quiet=(quiet)
-          run_summary "$OUT/fibjudges_${judges}_$round.json" "judges $judges $round" "$wall" "${quiet[@]}"
+          run_summary "$OUT/fibjudges_${judges}_$round.json" "judges $judges $round" "$wall" "$start" "${quiet[@]}"
         done
       done
     fi

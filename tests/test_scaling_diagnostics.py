@@ -126,3 +126,25 @@ def test_run_walls_pair_the_jobs_both_runs_reached_and_split_first_jobs(tmp_path
         "sdpa",
         "triton",
     ]
+
+
+def test_first_jobs_show_when_each_solution_began_and_what_its_first_job_waited_for() -> None:
+    from benchmarks.bench_vs_flashinfer_bench import first_jobs
+
+    def job(solution: str, workload: str, ms: dict[str, float], at: float) -> dict[str, Any]:
+        return {"solution": solution, "workload": workload, "ms": ms, "finished_at": at}
+
+    record = {
+        "started_at": 100.0,
+        "job_stages": [
+            job("triton", "b1", {"sandbox_start/new_sandbox": 900.0, "checks": 120.0}, 102.5),
+            job("triton", "b8", {"checks": 90.0}, 103.0),
+            job(
+                "eager", "b1", {"checks/sandbox:eager": 30.4, "checks": 10.0, "reply": 0.2}, 104.25
+            ),
+        ],
+    }
+    assert first_jobs(record) == [
+        "triton: first job done 2.50 s in (sandbox_start 900, checks 120 ms)",
+        "eager: first job done 4.25 s in (checks 40 ms)",
+    ]

@@ -104,3 +104,12 @@ def test_every_job_of_a_run_reports_its_stages() -> None:
     assert entry["jobs"] == len(jobs)
     assert entry["jobs_in"][NEW_SANDBOX] == 1  # one solution, one sandbox
     assert entry["jobs_in"]["parent:trace_write"] == len(jobs)
+    # Each job's own record, in the order the jobs finished: its first job alone started a sandbox.
+    assert [(r["solution"], r["workload"]) for r in summary.job_stages] == [
+        (j.solution.name, j.workload.uuid) for j in jobs
+    ]
+    first, *later = summary.job_stages
+    assert first["device"] == "cpu" and first["ms"][NEW_SANDBOX] > 0
+    assert all(NEW_SANDBOX not in r["ms"] for r in later)
+    finished = [r["finished_at"] for r in summary.job_stages]
+    assert finished == sorted(finished)

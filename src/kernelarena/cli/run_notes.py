@@ -113,6 +113,7 @@ def json_summary(summary: RunSummary, made: Plan) -> dict[str, Any]:
         "resumed": summary.resumed,
         "builds": summary.builds,
         "stages": summary.stages,
+        "job_stages": summary.job_stages,
     }
 
 

@@ -9,7 +9,10 @@ than adding to it (the parent records one trace while the worker runs the next j
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kernelarena.evaluate.executors.jobs import Job, JobResult
 
 # The judge's phases in the order a job passes through them (``stage_clock``).
 PHASES = (
@@ -54,6 +57,23 @@ class StageTotals:
                 "jobs_in": dict(sorted(entry["jobs_in"].items())),
             }
         return found
+
+
+def job_record(job: Job, result: JobResult, finished_at: float | None = None) -> dict[str, Any]:
+    """One job's stages in ms (those of 0.1 ms or more), what it was and where it ran, and when
+    its result reached the parent (seconds since the epoch, where given): ``kernelarena run
+    --json`` lists them as ``job_stages``, so that a run's first jobs (the sandboxes and
+    compilers they wait for) show apart from its steady ones."""
+    record: dict[str, Any] = {
+        "solution": job.solution.name,
+        "workload": job.workload.uuid,
+        "device": result.device,
+        "axes": dict(job.workload.axes),
+        "ms": {path: round(1e3 * s, 2) for path, s in sorted(result.stages.items()) if s >= 1e-4},
+    }
+    if finished_at is not None:
+        record["finished_at"] = round(finished_at, 3)
+    return record
 
 
 def phase_means(entry: dict[str, Any]) -> dict[str, float]:

@@ -27,7 +27,7 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
-from kernelarena.evaluate.executors.job_stages import StageTotals
+from kernelarena.evaluate.executors.job_stages import StageTotals, job_record
 from kernelarena.evaluate.executors.jobs import Job, JobResult
 from kernelarena.evaluate.options import Options
 from kernelarena.runtime.names import UnknownNames, definitions_named
@@ -54,6 +54,8 @@ class RunSummary:
     builds: dict[str, Any] = field(default_factory=dict)  # the build pool's (``BuildPool.summary``)
     # Where the jobs' time went, by device (``job_stages.StageTotals.as_json``).
     stages: dict[str, Any] = field(default_factory=dict)
+    # Each judged job's own stages, in the order they finished (``job_stages.job_record``).
+    job_stages: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failures(self) -> list[Trace]:
@@ -306,6 +308,7 @@ def run_jobs(
                 "parent:progress": time.perf_counter() - written,
             }
             totals.add(result.device, {**result.stages, **parent})
+            summary.job_stages.append(job_record(job, result, time.time()))
 
     try:
         executor.run(jobs, record)
