@@ -6,6 +6,7 @@ memory; ``--no-timing`` (one set at a time) passed."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +155,113 @@ def test_once_sets_are_forgotten_a_large_cache_of_freed_memory_goes_back(
     arena.give_back_cached(torch.device("cuda:0"))
     arena.give_back_cached(torch.device("cpu"))
     assert emptied == [True]
+
+
+def _evaluator_with_outcomes(outcomes: list[Any], calls: list[str]) -> Any:
+    """An ``Evaluator`` whose attempts at a job give ``outcomes`` in turn, recording in ``calls``
+    what it gives back between them."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kernelarena.evaluate.judge.evaluator import Evaluator
+
+    evaluator = Evaluator.__new__(Evaluator)
+    evaluator.device = torch.device("cpu")
+    evaluator._capture_failed = False
+    evaluator.references = SimpleNamespace(close=lambda: calls.append("references closed"))
+    evaluator.sandboxes = SimpleNamespace(retire=lambda: calls.append("sandbox retired"))
+
+    def attempt(job: object, notify: object) -> Any:
+        calls.append("attempt")
+        return outcomes.pop(0)
+
+    evaluator._in_sandbox = attempt
+    return evaluator
+
+
+def _job() -> Any:
+    from types import SimpleNamespace
+
+    from kernelarena.evaluate.options import Options
+
+    solution = SimpleNamespace(runs_on=lambda device: True)
+    return SimpleNamespace(solution=solution, options=Options())
+
+
+def _traced(status: Any, log: str) -> Any:
+    from types import SimpleNamespace
+
+    from kernelarena.evaluate.judge.evaluator import Outcome
+
+    return Outcome(trace=SimpleNamespace(evaluation=SimpleNamespace(status=status, log=log)))
+
+
+def test_a_job_short_of_device_memory_runs_once_more_with_the_judges_memory_given_back() -> None:
+    """The judge's, the reference's and the solution's processes share the device, and what one
+    keeps cached the others cannot use: before a job is skipped as too large for the device (or
+    failed for the solution's own shortage), everything the judge holds there goes back and the
+    job runs again; the trace says so."""
+    from kernelarena.data import Status
+    from kernelarena.evaluate.judge.evaluator import JUDGE_OUT_OF_MEMORY, Outcome
+
+    calls: list[str] = []
+    skipped = Outcome(skipped=f"{JUDGE_OUT_OF_MEMORY}: the reference's sandbox: 3.73 GiB")
+    evaluator = _evaluator_with_outcomes([skipped, _traced(Status.PASSED, "timed")], calls)
+    outcome = evaluator.evaluate(_job())
+    assert calls == ["attempt", "references closed", "sandbox retired", "attempt"]
+    log = outcome.trace.evaluation.log
+    assert log.startswith("a first attempt ran out of device memory") and "3.73 GiB" in log
+    assert log.endswith("timed")
+
+    # The solution's own shortage: once more too; short again, that verdict stands.
+    calls.clear()
+    short = _traced(Status.RUNTIME_ERROR, "out of memory: CUDA out of memory. Tried to allocate")
+    again = _traced(Status.RUNTIME_ERROR, "out of memory: CUDA out of memory, again")
+    outcome = _evaluator_with_outcomes([short, again], calls).evaluate(_job())
+    assert calls.count("attempt") == 2 and outcome.trace.evaluation.status is Status.RUNTIME_ERROR
+    assert outcome.trace.evaluation.log.endswith("out of memory: CUDA out of memory, again")
+
+
+def test_other_failures_and_skips_run_once() -> None:
+    from kernelarena.data import Status
+    from kernelarena.evaluate.judge.evaluator import Outcome
+
+    for first in (
+        _traced(Status.RUNTIME_ERROR, "illegal memory access"),
+        _traced(Status.INCORRECT_NUMERICAL, "out of memory: a log that merely says so"),
+        Outcome(skipped="not supported for this workload: out of memory"),
+    ):
+        calls: list[str] = []
+        assert _evaluator_with_outcomes([first], calls).evaluate(_job()) is first
+        assert calls == ["attempt"]
+
+
+SHORT_OF_MEMORY = """import torch
+
+
+def run(hidden_states, weight, eps, output):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.73 GiB")
+"""
+
+
+def test_a_solution_always_short_of_memory_fails_after_its_second_attempt(tmp_path: Path) -> None:
+    """Through the real judge: the second attempt starts the reference's and the solution's
+    processes anew, the verdict is the solution's shortage, and the next solution is judged as
+    usual."""
+    dataset = _dataset(tmp_path, "cpu", (8,))
+    dataset.add_solution(
+        Solution(
+            name="rmsnorm_h128_short",
+            definition=DEFINITION["name"],
+            author="tests",
+            spec=BuildSpec(language="python", target_hardware=["cpu"], entry_point="s.py::run"),
+            sources=[SourceFile(path="s.py", content=SHORT_OF_MEMORY)],
+        )
+    )
+    by_solution = {trace.solution: trace.evaluation for trace in run_on_cpu(dataset)}
+    honest, short = by_solution["rmsnorm_h128_honest"], by_solution["rmsnorm_h128_short"]
+    assert honest is not None and honest.status is Status.PASSED, honest
+    assert short is not None and short.status is Status.RUNTIME_ERROR
+    assert short.log.startswith("a first attempt ran out of device memory"), short.log
+    assert "out of memory: " in short.log and "3.73 GiB" in short.log

@@ -17,6 +17,7 @@ with its own figures and with physics (``crosscheck``).
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -54,6 +55,7 @@ JUDGE_OUT_OF_MEMORY = (
     "the judge or the reference ran out of device memory for this workload's sets, beside the "
     "solution's process: too large to judge on this device"
 )
+SOLUTION_OUT_OF_MEMORY = "out of memory: "
 _REUSED = (
     "the solution reuses results across calls: the same inputs at other addresses pass, so it "
     "returned results cached by input address. "
@@ -77,6 +79,20 @@ def _drawn(distribution: Distribution) -> str:
 def _not_passed(outcome: Outcome) -> bool:
     evaluation = outcome.trace.evaluation if outcome.trace is not None else None
     return evaluation is not None and evaluation.status is not Status.PASSED
+
+
+def _short_of_memory(outcome: Outcome) -> bool:
+    """Skipped because the judge or the reference ran out of device memory, or failed because
+    the solution did (``SolutionFailed`` of kind "oom")."""
+    if outcome.skipped is not None:
+        return outcome.skipped.startswith(JUDGE_OUT_OF_MEMORY)
+    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
+    return (
+        evaluation is not None
+        and evaluation.status is Status.RUNTIME_ERROR
+        and evaluation.log.startswith(SOLUTION_OUT_OF_MEMORY)
+        and not outcome.fatal
+    )
 
 
 def _last_log_line(outcome: Outcome) -> str:
@@ -146,6 +162,8 @@ class Evaluator:
                 skipped=f"targets {solution.spec.target_hardware}; this device is {self.device.type}"
             )
         outcome = self._in_sandbox(job, notify)
+        if _short_of_memory(outcome):
+            outcome = self._again_with_memory_given_back(job, notify, outcome)
         if self._capture_failed and job.options.allow_graph and _not_passed(outcome):
             # A capture the solution could not take part in (a host synchronization inside it)
             # can leave its process unusable, and a graph can miss work its calls do (a launch on
@@ -166,6 +184,31 @@ class Evaluator:
                 )
                 if evaluation.performance is not None:
                     evaluation.performance.capturable = False
+        return outcome
+
+    def _again_with_memory_given_back(
+        self, job: Job, notify: Callable[[str], None], first: Outcome
+    ) -> Outcome:
+        """The job once more after a shortage of device memory, with everything this judge holds
+        on the device given back: the references it keeps (their processes, caches and kept
+        draws), the solution's process (its allocator's cache, its graphs' pools) and its own
+        cache. A device is shared by these processes, and what one keeps cached the others
+        cannot use (on an H200, a 1e6 x 1000 set's reference ran out with 137 of 140 GiB taken).
+        Short again, the second outcome stands."""
+        self.references.close()
+        self.sandboxes.retire()
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        outcome = self._in_sandbox(job, notify)
+        evaluation = outcome.trace.evaluation if outcome.trace is not None else None
+        if evaluation is not None:
+            said = first.skipped or _last_log_line(first)
+            evaluation.log = (
+                f"a first attempt ran out of device memory ({said[:300]}); the job ran again "
+                "with the judge's references and the solution's process started anew.\n"
+                + evaluation.log
+            ).strip()
         return outcome
 
     def _in_sandbox(self, job: Job, notify: Callable[[str], None]) -> Outcome:
@@ -277,7 +320,7 @@ class Evaluator:
             last = failure.log.strip().splitlines()[-1:] or [""]
             return Outcome(skipped=f"not supported for this workload: {last[0]}")
         status = Status.COMPILE_ERROR if failure.kind == "compile" else Status.RUNTIME_ERROR
-        log = ("out of memory: " if failure.kind == "oom" else "") + failure.log
+        log = (SOLUTION_OUT_OF_MEMORY if failure.kind == "oom" else "") + failure.log
         fatal = False
         if not failure.healthy:
             log += "\nThe solution's CUDA context is no longer usable; its process is replaced."
