@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine: one stage of GPU work, logs and results under $OUT.
-# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | scaling | scaling-diag | nvfp4 | wave | verdict
+# Usage: scripts/gpu_stage.sh STAGE   (framework | trust | tests | benchmarks | library | library-walls | scaling | scaling-diag | nvfp4 | wave | verdict
 #                                      | lang-stage | lang)
 set -uo pipefail
 stage=${1:?stage}
@@ -83,6 +83,23 @@ case "$stage" in
       --allow-failures --trials 2 > "$OUT/library_run.txt" 2>&1; tail -3 "$OUT/library_run.txt"
     tar czf "$OUT/traces.tgz" -C "$KERNELARENA_DATASET" .
     tar czf "$OUT/results.tgz" benchmarks/results
+    ;;
+  library-walls)  # issue 40: the whole library's performance run from empty caches, as a user runs it (three
+                  # trials), with the code under LIB_SRC (default: this tree's; an older export for a
+                  # before/after), into its own cache and dataset; its traces come back for
+                  # benchmarks/compare_run_walls.py
+    label=${LIB_LABEL:-after}
+    rm -rf "/tmp/ka-cache-$label" "/tmp/ka-ds-$label" && mkdir -p "/tmp/ka-ds-$label"
+    log "library performance run ($label, ${LIB_SRC:-src})"
+    started=$(date +%s.%N)
+    KERNELARENA_CACHE="/tmp/ka-cache-$label" KERNELARENA_DATASET="/tmp/ka-ds-$label" \
+      PYTHONPATH="$PWD/${LIB_SRC:-src}:/tmp/site" timeout ${LIB_TIMEOUT:-560} \
+      python3 -m kernelarena.cli run --suite performance --device cuda:0 --allow-failures \
+      > "$OUT/lib_$label.txt" 2>&1
+    rc=$?
+    echo "$label rc=$rc wall_s=$(python3 -c "print(f'{$(date +%s.%N) - $started:.2f}')")" | tee -a "$OUT/walls.txt"
+    tail -3 "$OUT/lib_$label.txt"
+    tar czf "$OUT/traces_$label.tgz" -C "/tmp/ka-ds-$label" .
     ;;
   nvfp4)  # one kernel's round: its GPU tests and dispatch's, its benchmark, its dispatch traces
     parts=${NVFP4_PARTS:-tests bench library}
