@@ -169,6 +169,7 @@ def _evaluator_with_outcomes(outcomes: list[Any], calls: list[str]) -> Any:
     evaluator = Evaluator.__new__(Evaluator)
     evaluator.device = torch.device("cpu")
     evaluator._capture_failed = False
+    evaluator._too_large = set()
     evaluator.references = SimpleNamespace(close=lambda: calls.append("references closed"))
     evaluator.sandboxes = SimpleNamespace(retire=lambda: calls.append("sandbox retired"))
 
@@ -180,13 +181,18 @@ def _evaluator_with_outcomes(outcomes: list[Any], calls: list[str]) -> Any:
     return evaluator
 
 
-def _job() -> Any:
+def _job(workload: str = "w") -> Any:
     from types import SimpleNamespace
 
     from kernelarena.evaluate.options import Options
 
     solution = SimpleNamespace(runs_on=lambda device: True)
-    return SimpleNamespace(solution=solution, options=Options())
+    return SimpleNamespace(
+        solution=solution,
+        options=Options(),
+        definition=SimpleNamespace(content_hash=lambda: "d"),
+        workload=SimpleNamespace(content_hash=lambda: workload),
+    )
 
 
 def _traced(status: Any, log: str) -> Any:
@@ -265,3 +271,21 @@ def test_a_solution_always_short_of_memory_fails_after_its_second_attempt(tmp_pa
     assert short is not None and short.status is Status.RUNTIME_ERROR
     assert short.log.startswith("a first attempt ran out of device memory"), short.log
     assert "out of memory: " in short.log and "3.73 GiB" in short.log
+
+
+def test_a_workload_too_large_with_everything_given_back_is_not_run_twice_again() -> None:
+    """Its sets and its reference did not fit the device even alone: the next solutions' jobs on
+    it are skipped at their first shortage, while another workload still gets its second try."""
+    from kernelarena.evaluate.judge.evaluator import JUDGE_OUT_OF_MEMORY, Outcome
+
+    def short() -> Outcome:
+        return Outcome(skipped=f"{JUDGE_OUT_OF_MEMORY}: the reference's sandbox: 8.6 GiB")
+
+    calls: list[str] = []
+    evaluator = _evaluator_with_outcomes([short(), short(), short(), short(), short()], calls)
+    for _ in range(2):
+        outcome = evaluator.evaluate(_job("decode-64x32k"))
+        assert outcome.skipped is not None and outcome.skipped.startswith(JUDGE_OUT_OF_MEMORY)
+    assert calls.count("attempt") == 3 and calls.count("references closed") == 1
+    evaluator.evaluate(_job("another"))
+    assert calls.count("attempt") == 5 and calls.count("references closed") == 2

@@ -130,6 +130,9 @@ class Evaluator:
         self.reference_timings: dict[tuple[str, str, bool], Any] = {}
         self._warm_up: JudgeWarmUp | None = None
         self._capture_failed = False  # in the job just evaluated (``SetMaker.capture_failed``)
+        # Workloads whose sets and reference did not fit with everything else given back: their
+        # later jobs are skipped at the first shortage, not run twice.
+        self._too_large: set[tuple[str, str]] = set()
 
     def warm_up_in_background(self, gpu: Lock = NO_LOCK) -> None:
         """The judge's kernels and first calls, while it waits for its first job and that job's
@@ -162,8 +165,11 @@ class Evaluator:
                 skipped=f"targets {solution.spec.target_hardware}; this device is {self.device.type}"
             )
         outcome = self._in_sandbox(job, notify)
-        if _short_of_memory(outcome):
+        workload = (job.definition.content_hash(), job.workload.content_hash())
+        if _short_of_memory(outcome) and not (outcome.skipped and workload in self._too_large):
             outcome = self._again_with_memory_given_back(job, notify, outcome)
+            if outcome.skipped is not None and _short_of_memory(outcome):
+                self._too_large.add(workload)
         if self._capture_failed and job.options.allow_graph and _not_passed(outcome):
             # A capture the solution could not take part in (a host synchronization inside it)
             # can leave its process unusable, and a graph can miss work its calls do (a launch on
