@@ -78,6 +78,16 @@ def device_counts(total: int) -> list[int]:
     return counts
 
 
+def chosen_counts(asked: str | None, total: int) -> list[int]:
+    """``--counts`` as a list (each between 1 and ``total``), else ``device_counts(total)``."""
+    if not asked:
+        return device_counts(total)
+    counts = sorted({int(c) for c in asked.split(",") if c.strip()})
+    if not counts or counts[0] < 1 or counts[-1] > total:
+        raise SystemExit(f"--counts {asked}: each count must be between 1 and {total} devices")
+    return counts
+
+
 def make_executor(kind: str, devices: list[str], timeouts: Timeouts) -> Executor:
     """A local executor on ``devices``, or Ray actors, one per device (Ray picks the GPUs; the
     list counts them), started in the Ray of this process (``main``)."""
@@ -181,6 +191,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-jobs", type=int, help="only the first N jobs (dry runs)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per device count")
     parser.add_argument(
+        "--counts",
+        help="device counts to run, as 1,4 (default: 1, 2, 4, ... and every device); without 1, "
+        "no speed-up is computed (a variant's widest run, set beside another run's)",
+    )
+    parser.add_argument(
         "--warmup",
         choices=("all", "builds", "none"),
         default="all",
@@ -211,7 +226,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     solutions = None if args.solutions == "all" else args.solutions.split(",")
     jobs = plan(library, args.definitions.split(","), solutions, args.suite, on_gpu, options)
     jobs = jobs[: args.max_jobs] if args.max_jobs else jobs
-    print(f"{len(jobs)} jobs; device counts {device_counts(len(widest))} of {','.join(widest)}")
+    counts = chosen_counts(args.counts, len(widest))
+    print(f"{len(jobs)} jobs; device counts {counts} of {','.join(widest)}")
     if args.executor == "ray":
         start_ray(args.profile)
 
@@ -223,7 +239,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         warmup_s = time.perf_counter() - began
         print(f"warm-up: {len(warm)} jobs in {warmup_s:.1f} s")
 
-    counts = device_counts(len(widest))
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     for repeat in range(args.repeats):
         order = counts if repeat % 2 == 0 else counts[::-1]
@@ -246,8 +261,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         summarize(args.profile / "ray-judges")  # written as the actors stopped
     report = build_report(args, jobs, widest, runs, warmup_s)
     for n, row in report["results"].items():
+        speedup = "" if row["speedup"] is None else f", speedup {row['speedup']:.2f}x"
         print(
-            f"{n} device(s): median run {row['median_run_s']:.1f} s, speedup {row['speedup']:.2f}x, "
+            f"{n} device(s): median run {row['median_run_s']:.1f} s{speedup}, "
             f"{row['device_s_per_job']:.3f} s of a device per job"
         )
     if report.get("growth"):
@@ -270,8 +286,9 @@ def build_report(
     runs: dict[int, list[dict[str, Any]]],
     warmup_s: float,
 ) -> dict[str, Any]:
-    single = statistics.median(r["run_s"] for r in runs[1])
-    single_total = statistics.median(r["run_s"] + r["startup_s"] for r in runs[1])
+    one = runs.get(1)
+    single = statistics.median(r["run_s"] for r in one) if one else None
+    single_total = statistics.median(r["run_s"] + r["startup_s"] for r in one) if one else None
     results: dict[str, Any] = {}
     for n, measured in runs.items():
         median_run = statistics.median(r["run_s"] for r in measured)
@@ -280,8 +297,8 @@ def build_report(
         results[str(n)] = {
             "devices": widest[:n],
             "median_run_s": median_run,
-            "speedup": single / median_run,
-            "speedup_with_startup": single_total / median_total,
+            "speedup": single / median_run if single else None,
+            "speedup_with_startup": single_total / median_total if single_total else None,
             # Each device's wall time per job, and where it went (the run nearest the median).
             "device_s_per_job": n * median_run / max(len(jobs), 1),
             "ms_per_job_by_phase": {
@@ -294,7 +311,7 @@ def build_report(
             ],
         }
     # A parallel run must not change any result: every job's status, run by run.
-    reference = runs[1][0]["statuses"]
+    reference = runs[min(runs)][0]["statuses"]
     disagreements = sorted(
         {
             "/".join(key)
@@ -332,7 +349,9 @@ def build_report(
         },
         "results": results,
         "target_speedup_two_devices": TARGET_SPEEDUP_TWO_DEVICES,
-        "meets_target": None if two is None else two["speedup"] >= TARGET_SPEEDUP_TWO_DEVICES,
+        "meets_target": None
+        if two is None or two["speedup"] is None
+        else two["speedup"] >= TARGET_SPEEDUP_TWO_DEVICES,
         "disagreements": disagreements,
         "statuses": dict(Counter(reference.values())),
         # Each job's judge time on one device and with the most (median runs): where it grew.
@@ -342,7 +361,7 @@ def build_report(
 
 def _growth_of_medians(runs: dict[int, list[dict[str, Any]]]) -> dict[str, Any] | None:
     widest = max(runs)
-    if widest == 1:
+    if widest == 1 or 1 not in runs:
         return None
     middle = {
         n: min(

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from benchmarks.scaling_growth import growth, growth_lines, judge_ms
 
 _SPEC = importlib.util.spec_from_file_location(
@@ -148,3 +149,15 @@ def test_first_jobs_show_when_each_solution_began_and_what_its_first_job_waited_
         "triton: first job done 2.50 s in (sandbox_start 900, checks 120 ms)",
         "eager: first job done 4.25 s in (checks 40 ms)",
     ]
+
+
+def test_scaling_runs_the_device_counts_asked_for() -> None:
+    from benchmarks.bench_scaling import chosen_counts
+
+    assert chosen_counts(None, 4) == [1, 2, 4]
+    assert chosen_counts(None, 3) == [1, 2, 3]
+    assert chosen_counts("4", 4) == [4]
+    assert chosen_counts("4,1,1", 4) == [1, 4]
+    for wrong in ("0", "5", ","):
+        with pytest.raises(SystemExit, match="between 1 and 4"):
+            chosen_counts(wrong, 4)
