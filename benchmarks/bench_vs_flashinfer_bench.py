@@ -441,7 +441,8 @@ def first_jobs(record: dict[str, Any]) -> list[str]:
         seen.add(job["solution"])
         phases: dict[str, float] = {}
         for path, ms in job["ms"].items():
-            phases[path.split("/", 1)[0]] = phases.get(path.split("/", 1)[0], 0.0) + ms
+            phase = path.split("/", 1)[0]
+            phases[phase] = phases.get(phase, 0.0) + ms
         at = job.get("finished_at", record["started_at"]) - record["started_at"]
         shown = ", ".join(f"{name} {ms:.0f}" for name, ms in phases.items() if ms >= 1)
         lines.append(f"{job['solution']}: first job done {at:.2f} s in ({shown} ms)")

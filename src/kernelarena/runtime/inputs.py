@@ -165,12 +165,11 @@ def plain_inputs(
 
 def input_bytes(definition: Definition, axes: dict[str, int]) -> int:
     """The bytes of a set's tensor inputs at ``axes``, before anything is drawn."""
-    size = 0
-    for spec in definition.inputs.values():
-        shape = definition.shape_of(spec, axes)
-        if shape is not None:
-            size += math.prod(shape) * spec.dtype.to_torch().itemsize
-    return size
+    return sum(
+        definition.nbytes(name, axes)
+        for name, spec in definition.inputs.items()
+        if spec.shape is not None
+    )
 
 
 def shaped_origins(origins: dict[str, str], inputs: dict[str, Value]) -> dict[str, str]:

@@ -165,11 +165,12 @@ class Evaluator:
                 skipped=f"targets {solution.spec.target_hardware}; this device is {self.device.type}"
             )
         outcome = self._in_sandbox(job, notify)
-        workload = (job.definition.content_hash(), job.workload.content_hash())
-        if _short_of_memory(outcome) and not (outcome.skipped and workload in self._too_large):
-            outcome = self._again_with_memory_given_back(job, notify, outcome)
-            if outcome.skipped is not None and _short_of_memory(outcome):
-                self._too_large.add(workload)
+        if _short_of_memory(outcome):
+            workload = (job.definition.content_hash(), job.workload.content_hash())
+            if not (outcome.skipped and workload in self._too_large):
+                outcome = self._again_with_memory_given_back(job, notify, outcome)
+                if outcome.skipped is not None and _short_of_memory(outcome):
+                    self._too_large.add(workload)
         if self._capture_failed and job.options.allow_graph and _not_passed(outcome):
             # A capture the solution could not take part in (a host synchronization inside it)
             # can leave its process unusable, and a graph can miss work its calls do (a launch on
