@@ -29,7 +29,7 @@ class _Kept:
     outputs: dict[bool, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
-def _nbytes(values: dict[str, Value] | dict[str, torch.Tensor]) -> int:
+def tensor_bytes(values: dict[str, Value] | dict[str, torch.Tensor]) -> int:
     return sum(v.numel() * v.element_size() for v in values.values() if isinstance(v, torch.Tensor))
 
 
@@ -79,7 +79,7 @@ class KeptDraws:
     def put(self, key: DrawKey, inputs: dict[str, Value]) -> None:
         """Kept, the least recently used going first past the budget; a draw over
         ``1 / LARGEST_SHARE`` of the budget is not."""
-        size = _nbytes(inputs)
+        size = tensor_bytes(inputs)
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
         if not self.keeps(size) or first is None:
             return
@@ -102,7 +102,7 @@ class KeptDraws:
         kept = self._find(inputs)
         if kept is not None and precise not in kept.outputs:
             kept.outputs[precise] = outputs
-            added = _nbytes(outputs)
+            added = tensor_bytes(outputs)
             kept.size += added
             self._size += added
             self._trim()

@@ -24,7 +24,7 @@ import torch
 
 from kernelarena.data import Definition
 from kernelarena.evaluate.judge.crosscheck import TimingRejected, reported_timing
-from kernelarena.evaluate.judge.kept_draws import KeptDraws, kept_budget
+from kernelarena.evaluate.judge.kept_draws import KeptDraws, kept_budget, tensor_bytes
 from kernelarena.evaluate.judge.reference_replies import (
     BadReply,
     Place,
@@ -133,7 +133,7 @@ class SandboxedReference(Reference):
     ) -> list[dict[str, Value]]:
         """One request to ``make_inputs`` for each run of ``drawn`` (``request_runs``)."""
         shaped: list[dict[str, Value]] = []
-        for batch in in_runs(drawn, _tensor_bytes):
+        for batch in in_runs(drawn, lambda one: tensor_bytes(one.inputs)):
             shaped += self._shaped(job, batch)
         return shaped
 
@@ -351,7 +351,3 @@ class SandboxedReference(Reference):
         if "broken" in reply:
             raise self._failed("is broken", str(reply["broken"])[:300], permanent=loading)
         return reply
-
-
-def _tensor_bytes(drawn: PlainInputs) -> int:
-    return sum(v.nbytes for v in drawn.inputs.values() if isinstance(v, torch.Tensor))
