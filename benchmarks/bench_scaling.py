@@ -54,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import kernelarena_git_rev, result_path
+from benchmarks.host_cpu import HostCpu
+from benchmarks.host_cpu import describe as describe_host_cpu
 from benchmarks.profiles import parent_profiled, summarize, workers_profiled
 from benchmarks.scaling_growth import growth, growth_lines
 from kernelarena.data import TraceSet
@@ -141,10 +143,12 @@ def run_once(
             began = time.perf_counter()
             environments = executor.start()
             started = time.perf_counter()
+            host_before = HostCpu.read()
             with parent_profiled(profile):
                 output = TraceSet(root=Path(scratch))
                 summary = run_jobs(jobs, executor, output, on_progress=record)
             finished = time.perf_counter()
+            host_after = HostCpu.read()
         finally:
             executor.close()  # the judges write their profiles as they stop
     if profile is not None:
@@ -154,6 +158,7 @@ def run_once(
         "startup_s": started - began,
         "run_s": finished - started,
         "jobs_per_device": dict(sorted(taken.items())),
+        "host_cpu": host_after.since(host_before) if host_after and host_before else {},
         "stages": summary.stages,
         "statuses": statuses,
         "failures": failures,
@@ -249,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(
                 f"{n} device(s): run {run['run_s']:.1f} s, start-up {run['startup_s']:.1f} s, "
                 f"jobs per device {run['jobs_per_device']}"
+                + (f"; {describe_host_cpu(run['host_cpu'])}" if run["host_cpu"] else "")
             )
             print("\n".join(stage_table(run["stages"], f"{n} device(s)")))
             for key, log in run["failures"].items():
@@ -265,6 +271,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(
             f"{n} device(s): median run {row['median_run_s']:.1f} s{speedup}, "
             f"{row['device_s_per_job']:.3f} s of a device per job"
+            + (f"; {describe_host_cpu(row['host_cpu'])}" if row["host_cpu"] else "")
         )
     if report.get("growth"):
         print("\n".join(growth_lines(report["growth"], f"{max(runs)} devices")))
@@ -301,6 +308,7 @@ def build_report(
             "speedup_with_startup": single_total / median_total if single_total else None,
             # Each device's wall time per job, and where it went (the run nearest the median).
             "device_s_per_job": n * median_run / max(len(jobs), 1),
+            "host_cpu": middle.get("host_cpu", {}),
             "ms_per_job_by_phase": {
                 device: {k: round(1e3 * v, 2) for k, v in phase_means(entry).items()}
                 for device, entry in middle["stages"].items()

@@ -161,3 +161,27 @@ def test_scaling_runs_the_device_counts_asked_for() -> None:
     for wrong in ("0", "5", ","):
         with pytest.raises(SystemExit, match="between 1 and 4"):
             chosen_counts(wrong, 4)
+
+
+def test_host_cpu_reads_busy_and_stolen_cores_between_two_readings(tmp_path: Path) -> None:
+    import os
+
+    from benchmarks.host_cpu import HostCpu, describe
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal, in ticks: then 2 s later
+    stat.write_text("cpu  100 0 50 1000 10 0 0 5 0 0\ncpu0 1 2 3\n")
+    before = HostCpu.read(stat)
+    stat.write_text(
+        f"cpu  {100 + 6 * ticks} 0 {50 + 2 * ticks} {1000 + 7 * ticks} 10 0 0 {5 + ticks}\n"
+    )
+    after = HostCpu.read(stat)
+    assert before is not None and after is not None
+    after = HostCpu(after.seconds, before.taken_at + 2.0)
+    used = after.since(before)
+    assert used == {"wall_s": 2.0, "busy_cores": 4.0, "steal_cores": 0.5, "idle_cores": 3.5}
+    assert describe(used) == "host CPU: 4.0 cores busy, 0.5 stolen"
+    stat.write_text("intr 1 2 3\n")
+    assert HostCpu.read(stat) is None
+    assert HostCpu.read(tmp_path / "absent") is None
