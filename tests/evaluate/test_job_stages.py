@@ -110,6 +110,8 @@ def test_every_job_of_a_run_reports_its_stages() -> None:
     ]
     first, *later = summary.job_stages
     assert first["device"] == "cpu" and first["ms"][NEW_SANDBOX] > 0
+    # What the new sandbox's stage waited for: the sandbox saying it is ready, apart.
+    assert f"{NEW_SANDBOX}/sandbox_ready" in first["ms"]
     assert all(NEW_SANDBOX not in r["ms"] for r in later)
     finished = [r["finished_at"] for r in summary.job_stages]
     assert finished == sorted(finished)

@@ -2,6 +2,9 @@
 
 Starting or reusing the sandbox that serves a solution is the ``sandbox_start`` phase (a new
 one, the stage ``sandbox_start/new_sandbox``), and what follows until the checks is the ``build``.
+Inside a new sandbox's stage, ``forks_at_start`` is the wait for the zygote's first forks (the
+zygote importing torch) and ``sandbox_ready`` the wait for a started sandbox to say it is ready
+(a fork making its CUDA context and raising its walls): what a run's first jobs wait for.
 Each request to a sandbox is a nested stage named
 ``sandbox:<request>`` (``sandbox:eager``, ``sandbox:bind``, ``sandbox:time``): how long the judge
 waited on the sandbox, apart from its own work in the same phase.
@@ -26,6 +29,23 @@ class ClockedSandboxes(Sandboxes):
             sandbox = super().for_solution(key)
         JOB_STAGES.switch("build")
         clock_requests(sandbox)
+        return sandbox
+
+    def _forked(self) -> None:
+        if self._forking is None:
+            return
+        with JOB_STAGES.stage("forks_at_start"):
+            super()._forked()
+
+    def _spawn(self) -> Sandbox:
+        sandbox = super()._spawn()
+        unclocked = sandbox.wait_ready
+
+        def wait_ready(timeout: float) -> None:
+            with JOB_STAGES.stage("sandbox_ready"):
+                unclocked(timeout)
+
+        setattr(sandbox, "wait_ready", wait_ready)  # noqa: B010  (as ``clock_requests``)
         return sandbox
 
 
