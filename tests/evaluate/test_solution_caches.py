@@ -24,6 +24,11 @@ def test_library_solutions_share_a_namespace_and_others_get_their_content_hash()
         update={"sources": [source.model_copy(update={"content": source.content + "\n# edited\n"})]}
     )
     assert namespace_of(changed) == changed.content_hash() != solution.content_hash()
+    # What the content hash leaves out (its description) does not matter; another name does.
+    described = solution.model_copy(update={"description": "a user's copy"})
+    assert namespace_of(described) == LIBRARY_NAMESPACE
+    renamed = solution.model_copy(update={"name": solution.name + "_copy"})
+    assert namespace_of(renamed) == renamed.content_hash()
 
 
 @pytest.mark.parametrize("namespace", ["", "../library", "a/b", "x y"])

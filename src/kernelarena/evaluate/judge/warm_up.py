@@ -41,14 +41,14 @@ class JudgeWarmUp:
 
 
 def warm_judge_kernels(device: torch.device, gpu: Lock = NO_LOCK) -> None:
-    """The library's solution hashes, which the first build asks for
-    (``compile.cache.namespace_of``: the library's specs read, 0.4-0.6 s on an H100 host), then
+    """The library's solutions, which the first build asks for (``compile.cache.namespace_of``:
+    the library's specs read, 0.4-0.6 s on an H100 host), then
     ``judge_ops_once`` on a GPU. Best effort: whatever fails here fails again, and is reported,
     where the job does it."""
-    from kernelarena.compile.cache import library_solution_hashes
+    from kernelarena.compile.cache import read_library
 
     try:
-        library_solution_hashes()
+        read_library()
         with gpu.shared(), torch.cuda.device(device):
             judge_ops_once(device)
             torch.cuda.synchronize(device)
