@@ -110,7 +110,8 @@ def test_the_judge_running_out_of_memory_for_a_workloads_sets_is_a_skip_not_a_ve
     import torch
 
     from kernelarena.data import Workload
-    from kernelarena.evaluate.judge.evaluator import JUDGE_OUT_OF_MEMORY, Evaluator
+    from kernelarena.evaluate.judge.evaluator import Evaluator
+    from kernelarena.evaluate.judge.outcomes import JUDGE_OUT_OF_MEMORY
     from kernelarena.evaluate.options import Options
 
     def make(*arguments: object, **keywords: object) -> None:
@@ -198,7 +199,7 @@ def _job(workload: str = "w") -> Any:
 def _traced(status: Any, log: str) -> Any:
     from types import SimpleNamespace
 
-    from kernelarena.evaluate.judge.evaluator import Outcome
+    from kernelarena.evaluate.judge.outcomes import Outcome
 
     return Outcome(trace=SimpleNamespace(evaluation=SimpleNamespace(status=status, log=log)))
 
@@ -209,7 +210,7 @@ def test_a_job_short_of_device_memory_runs_once_more_with_the_judges_memory_give
     failed for the solution's own shortage), everything the judge holds there goes back and the
     job runs again; the trace says so."""
     from kernelarena.data import Status
-    from kernelarena.evaluate.judge.evaluator import JUDGE_OUT_OF_MEMORY, Outcome
+    from kernelarena.evaluate.judge.outcomes import JUDGE_OUT_OF_MEMORY, Outcome
 
     calls: list[str] = []
     skipped = Outcome(skipped=f"{JUDGE_OUT_OF_MEMORY}: the reference's sandbox: 3.73 GiB")
@@ -231,7 +232,7 @@ def test_a_job_short_of_device_memory_runs_once_more_with_the_judges_memory_give
 
 def test_other_failures_and_skips_run_once() -> None:
     from kernelarena.data import Status
-    from kernelarena.evaluate.judge.evaluator import Outcome
+    from kernelarena.evaluate.judge.outcomes import Outcome
 
     for first in (
         _traced(Status.RUNTIME_ERROR, "illegal memory access"),
@@ -276,7 +277,7 @@ def test_a_solution_always_short_of_memory_fails_after_its_second_attempt(tmp_pa
 def test_a_workload_too_large_with_everything_given_back_is_not_run_twice_again() -> None:
     """Its sets and its reference did not fit the device even alone: the next solutions' jobs on
     it are skipped at their first shortage, while another workload still gets its second try."""
-    from kernelarena.evaluate.judge.evaluator import JUDGE_OUT_OF_MEMORY, Outcome
+    from kernelarena.evaluate.judge.outcomes import JUDGE_OUT_OF_MEMORY, Outcome
 
     def short() -> Outcome:
         return Outcome(skipped=f"{JUDGE_OUT_OF_MEMORY}: the reference's sandbox: 8.6 GiB")

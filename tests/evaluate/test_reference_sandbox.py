@@ -355,7 +355,7 @@ def test_a_reference_out_of_memory_twice_is_the_devices_not_the_datasets(
 ) -> None:
     """Where the retry runs out of memory too, the device is short, with the judge's sets and the
     paused solution beside the reference: the job is skipped as too large to judge on this device
-    (``torch.OutOfMemoryError``, ``evaluator.JUDGE_OUT_OF_MEMORY``), not reported as the
+    (``torch.OutOfMemoryError``, ``outcomes.JUDGE_OUT_OF_MEMORY``), not reported as the
     definition's reference raising, which would blame the dataset."""
     reference = (
         "import torch\n\n\ndef run(x):\n"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -30,10 +30,18 @@ from kernelarena.data import (
     Language,
     Performance,
     Status,
-    Trace,
 )
 from kernelarena.evaluate.judge.crosscheck import TimingRejected
 from kernelarena.evaluate.judge.device_lock import NO_LOCK, Lock
+from kernelarena.evaluate.judge.outcomes import (
+    JUDGE_OUT_OF_MEMORY,
+    SOLUTION_OUT_OF_MEMORY,
+    Outcome,
+    not_passed,
+    noted_after_capture,
+    noted_after_memory,
+    short_of_memory,
+)
 from kernelarena.evaluate.judge.reference_cache import References
 from kernelarena.evaluate.judge.references import Reference, ReferenceFailed
 from kernelarena.evaluate.judge.shared_sets import CheckedJob, SetMaker, SharedSet
@@ -51,11 +59,6 @@ from kernelarena.runtime.inputs import (
     seed_for,
 )
 
-JUDGE_OUT_OF_MEMORY = (
-    "the judge or the reference ran out of device memory for this workload's sets, beside the "
-    "solution's process: too large to judge on this device"
-)
-SOLUTION_OUT_OF_MEMORY = "out of memory: "
 _REUSED = (
     "the solution reuses results across calls: the same inputs at other addresses pass, so it "
     "returned results cached by input address. "
@@ -74,38 +77,6 @@ def _drawn(distribution: Distribution) -> str:
         return ""
     scale, shift = distribution
     return f" (inputs drawn as {scale:g} * N(0, 1) + {shift:g})"
-
-
-def _not_passed(outcome: Outcome) -> bool:
-    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
-    return evaluation is not None and evaluation.status is not Status.PASSED
-
-
-def _short_of_memory(outcome: Outcome) -> bool:
-    """Skipped because the judge or the reference ran out of device memory, or failed because
-    the solution did (``SolutionFailed`` of kind "oom")."""
-    if outcome.skipped is not None:
-        return outcome.skipped.startswith(JUDGE_OUT_OF_MEMORY)
-    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
-    return (
-        evaluation is not None
-        and evaluation.status is Status.RUNTIME_ERROR
-        and evaluation.log.startswith(SOLUTION_OUT_OF_MEMORY)
-        and not outcome.fatal
-    )
-
-
-def _last_log_line(outcome: Outcome) -> str:
-    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
-    lines = evaluation.log.strip().splitlines() if evaluation is not None else []
-    return lines[-1][:300] if lines else "no log"
-
-
-@dataclass
-class Outcome:
-    trace: Trace | None = None
-    skipped: str | None = None
-    fatal: bool = False
 
 
 class Evaluator:
@@ -165,37 +136,25 @@ class Evaluator:
                 skipped=f"targets {solution.spec.target_hardware}; this device is {self.device.type}"
             )
         outcome = self._in_sandbox(job, notify)
-        if _short_of_memory(outcome):
+        if short_of_memory(outcome):
             workload = (job.definition.content_hash(), job.workload.content_hash())
             if not (outcome.skipped and workload in self._too_large):
-                outcome = self._again_with_memory_given_back(job, notify, outcome)
-                if outcome.skipped is not None and _short_of_memory(outcome):
+                first, outcome = outcome, self._again_with_memory_given_back(job, notify)
+                outcome = noted_after_memory(outcome, first)
+                if outcome.skipped is not None and short_of_memory(outcome):
                     self._too_large.add(workload)
-        if self._capture_failed and job.options.allow_graph and _not_passed(outcome):
+        if self._capture_failed and job.options.allow_graph and not_passed(outcome):
             # A capture the solution could not take part in (a host synchronization inside it)
             # can leave its process unusable, and a graph can miss work its calls do (a launch on
             # the legacy default stream): a job that failed in either is timed again with events,
             # in a fresh sandbox, as a call that cannot be captured must be. apply never runs it
             # inside a capture (``Performance.capturable``).
-            first = _last_log_line(outcome)
             self.sandboxes.retire()
             without = replace(job, options=replace(job.options, allow_graph=False))
-            outcome = self._in_sandbox(without, notify)
-            evaluation = outcome.trace.evaluation if outcome.trace is not None else None
-            if evaluation is not None:
-                evaluation.log = (
-                    f"the solution's CUDA graph failed (its capture, or replays that do not do the "
-                    f"work its calls do), and the job with it ({first}); timed again with CUDA "
-                    "events in a fresh sandbox: apply will not run it inside a CUDA graph.\n"
-                    + evaluation.log
-                )
-                if evaluation.performance is not None:
-                    evaluation.performance.capturable = False
+            outcome = noted_after_capture(self._in_sandbox(without, notify), outcome)
         return outcome
 
-    def _again_with_memory_given_back(
-        self, job: Job, notify: Callable[[str], None], first: Outcome
-    ) -> Outcome:
+    def _again_with_memory_given_back(self, job: Job, notify: Callable[[str], None]) -> Outcome:
         """The job once more after a shortage of device memory, with everything this judge holds
         on the device given back: the references it keeps (their processes, caches and kept
         draws), the solution's process (its allocator's cache, its graphs' pools) and its own
@@ -207,16 +166,7 @@ class Evaluator:
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        outcome = self._in_sandbox(job, notify)
-        evaluation = outcome.trace.evaluation if outcome.trace is not None else None
-        if evaluation is not None:
-            said = first.skipped or _last_log_line(first)
-            evaluation.log = (
-                f"a first attempt ran out of device memory ({said[:300]}); the job ran again "
-                "with the judge's references and the solution's process started anew.\n"
-                + evaluation.log
-            ).strip()
-        return outcome
+        return self._in_sandbox(job, notify)
 
     def _in_sandbox(self, job: Job, notify: Callable[[str], None]) -> Outcome:
         """One evaluation in the sandbox serving the solution: what it printed goes to the trace,

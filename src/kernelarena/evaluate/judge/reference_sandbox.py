@@ -342,7 +342,7 @@ class SandboxedReference(Reference):
             if not loading and "OutOfMemoryError" in said:
                 # The device's memory, shared with the judge's sets and the paused solution's
                 # process, was short: the workload is too large to judge here, not the
-                # dataset's mistake (``evaluator.JUDGE_OUT_OF_MEMORY``).
+                # dataset's mistake (``outcomes.JUDGE_OUT_OF_MEMORY``).
                 raise torch.OutOfMemoryError(f"the reference's sandbox: {said}")
             what = (
                 "does not load" if loading else _RAISED.get(message[0], f"raised in {message[0]}")
