@@ -4,8 +4,9 @@ A CPU sandbox spent about 2 s of a core importing torch before serving its one s
 the built-in library starts over a hundred, and on a two-core machine that was most of
 ``kernelarena run``'s time. The zygote starts inside a sandbox's walls (``isolation``, with
 ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` kept in its user namespace for the forks' set-up alone),
-imports what a sandbox imports, runs no solution code, and forks one sandbox per request of its
-judge. Each fork, before anything of its solution exists:
+imports what a sandbox imports (and on a GPU computes Triton's cache key: ``prepare_forks``),
+runs no solution code, and forks one sandbox per request of its judge. Each fork, before
+anything of its solution exists:
 
 - leaves the zygote's PID and mount namespaces for new ones of its own, as PID 1 (its first
   process, the zygote's child, waits for it and exits with its status): when it dies the kernel
@@ -174,22 +175,35 @@ def _reap_ended(forks: set[int], watched: set[int]) -> None:
         forks.discard(pid)
 
 
-def main(argv: list[str]) -> None:
-    control_fd, device_name = int(argv[0]), argv[1]
-    from kernelarena.evaluate.process_output import line_buffered_output
-
-    line_buffered_output()
-    die_with_parent()
-    if not device_name.startswith("cuda"):
+def prepare_forks(device_name: str) -> None:
+    """What every fork would otherwise do itself, done here once: torch's, kernelarena's and
+    Triton's imports, and on a GPU Triton's compile-cache key (``warm_triton``: a hash of its
+    ~480 MB library, 0.4-0.6 s of a core on an H100 host), which each fork computed again before
+    it said it was ready, a run's first jobs and every new sandbox waiting on it."""
+    on_gpu = device_name.startswith("cuda")
+    if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
-    control = Connection(control_fd)
-    import torch  # noqa: F401  (what every fork would import: here once)
+    import torch  # noqa: F401
 
     import kernelarena.compile
     import kernelarena.evaluate.sandbox.server  # noqa: F401
 
     with contextlib.suppress(ImportError):
         import triton  # noqa: F401
+    if on_gpu:
+        from kernelarena.evaluate.sandbox.triton_warmth import warm_triton
+
+        warm_triton()
+
+
+def main(argv: list[str]) -> None:
+    control_fd, device_name = int(argv[0]), argv[1]
+    from kernelarena.evaluate.process_output import line_buffered_output
+
+    line_buffered_output()
+    die_with_parent()
+    control = Connection(control_fd)
+    prepare_forks(device_name)
     print(f"kernelarena sandbox zygote on {device_name}", flush=True)
     control.send_bytes(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     forks: set[int] = set()
