@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_engine import python_bytecode
 from benchmarks.harness import environment, kernelarena_git_rev, write_report
-from kernelarena.evaluate.executors.job_stages import stage_table
+from kernelarena.evaluate.executors.job_stages import NEW_SANDBOX, stage_table
 
 try:
     from flashinfer_bench.data import (
@@ -433,8 +433,10 @@ def timed_run(setup: Setup, tool: str, label: str, repeat: int, caches: Path) ->
 
 def first_jobs(record: dict[str, Any]) -> list[str]:
     """Ours: each solution's first job, when it finished (seconds after the command began) and
-    its judge's phases (ms): the jobs that wait for the run's sandboxes and compilers."""
+    its judge's phases (ms), with what a new sandbox's wait was made of (``clocked_sandboxes``):
+    the jobs that wait for the run's sandboxes and compilers."""
     lines, seen = [], set()
+    waited = f"{NEW_SANDBOX}/"
     for job in record.get("job_stages", []):
         if job["solution"] in seen:
             continue
@@ -443,8 +445,14 @@ def first_jobs(record: dict[str, Any]) -> list[str]:
         for path, ms in job["ms"].items():
             phase = path.split("/", 1)[0]
             phases[phase] = phases.get(phase, 0.0) + ms
+        parts = {p[len(waited) :]: ms for p, ms in job["ms"].items() if p.startswith(waited)}
+        inner = ", ".join(f"{name} {ms:.0f}" for name, ms in parts.items() if ms >= 1)
         at = job.get("finished_at", record["started_at"]) - record["started_at"]
-        shown = ", ".join(f"{name} {ms:.0f}" for name, ms in phases.items() if ms >= 1)
+        shown = ", ".join(
+            f"{name} {ms:.0f}" + (f" [{inner}]" if name == "sandbox_start" and inner else "")
+            for name, ms in phases.items()
+            if ms >= 1
+        )
         lines.append(f"{job['solution']}: first job done {at:.2f} s in ({shown} ms)")
     return lines
 

@@ -138,7 +138,17 @@ def test_first_jobs_show_when_each_solution_began_and_what_its_first_job_waited_
     record = {
         "started_at": 100.0,
         "job_stages": [
-            job("triton", "b1", {"sandbox_start/new_sandbox": 900.0, "checks": 120.0}, 102.5),
+            job(
+                "triton",
+                "b1",
+                {
+                    "sandbox_start/new_sandbox": 50.0,
+                    "sandbox_start/new_sandbox/forks_at_start": 600.0,
+                    "sandbox_start/new_sandbox/sandbox_ready": 250.0,
+                    "checks": 120.0,
+                },
+                102.5,
+            ),
             job("triton", "b8", {"checks": 90.0}, 103.0),
             job(
                 "eager", "b1", {"checks/sandbox:eager": 30.4, "checks": 10.0, "reply": 0.2}, 104.25
@@ -146,7 +156,8 @@ def test_first_jobs_show_when_each_solution_began_and_what_its_first_job_waited_
         ],
     }
     assert first_jobs(record) == [
-        "triton: first job done 2.50 s in (sandbox_start 900, checks 120 ms)",
+        "triton: first job done 2.50 s in "
+        "(sandbox_start 900 [forks_at_start 600, sandbox_ready 250], checks 120 ms)",
         "eager: first job done 4.25 s in (checks 40 ms)",
     ]
 
