@@ -33,13 +33,16 @@ def test_the_zygote_computes_tritons_cache_key_once_for_its_gpu_forks(
     device: str, computed: int
 ) -> None:
     """On a GPU every fork inherits the key (0.4-0.6 s of hashing each, before it said it was
-    ready); on the CPU the interpreter has none to compute. Needs no GPU: the key hashes files."""
+    ready); on the CPU the interpreter has none to compute. Needs no GPU: the key hashes files.
+    (On a GPU machine the same test shows the zygote left CUDA alone.)"""
     program = (
         "from kernelarena.evaluate.sandbox.zygote import prepare_forks\n"
         f"prepare_forks({device!r})\n"
         "from triton.runtime.cache import triton_key\n"
-        "import os\n"
-        "print(triton_key.cache_info().currsize, os.environ.get('TRITON_INTERPRET'))\n"
+        "import os, sys, torch\n"
+        "print(triton_key.cache_info().currsize, os.environ.get('TRITON_INTERPRET'),\n"
+        "      'kernelarena.evaluate.sandbox.reference_serving' in sys.modules,\n"
+        "      torch.cuda.is_initialized())\n"
     )
     environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     found = subprocess.run(
@@ -50,6 +53,8 @@ def test_the_zygote_computes_tritons_cache_key_once_for_its_gpu_forks(
         check=True,
         env=environment,
     )
-    cached, interpreted = found.stdout.split()
+    cached, interpreted, imported, cuda_initialized = found.stdout.split()
     assert int(cached) == computed
     assert interpreted == ("None" if device.startswith("cuda") else "1")
+    # What the forks' first requests import is imported; CUDA, which no fork could inherit, not.
+    assert imported == "True" and cuda_initialized == "False"

@@ -183,10 +183,18 @@ def prepare_forks(device_name: str) -> None:
     on_gpu = device_name.startswith("cuda")
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+    # The server and what a sandbox's first requests import (its sets, timings, graphs; a
+    # reference's runs: 20-30 ms a fork, on the way of each solution's first job). None of them
+    # touches CUDA as it loads.
     import torch  # noqa: F401
 
     import kernelarena.compile
-    import kernelarena.evaluate.sandbox.server  # noqa: F401
+    import kernelarena.evaluate.sandbox.arena
+    import kernelarena.evaluate.sandbox.graph_timing
+    import kernelarena.evaluate.sandbox.reference_serving
+    import kernelarena.evaluate.sandbox.server
+    import kernelarena.evaluate.sandbox.stream_order
+    import kernelarena.evaluate.sandbox.timing  # noqa: F401
 
     with contextlib.suppress(ImportError):
         import triton  # noqa: F401
