@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -36,7 +37,7 @@ def _spin(cpu: int | None, start: Event, results: Queue[tuple[int | None, float]
     results.put((cpu, time.perf_counter() - began))
 
 
-def timed_group(cpus: list[int | None]) -> list[float]:
+def timed_group(cpus: Sequence[int | None]) -> list[float]:
     """Each loop's seconds, all started together, one process per entry (None: unpinned)."""
     context = mp.get_context("fork")
     start = context.Event()
@@ -71,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    cpus: list[int | None] = list(sorted(os.sched_getaffinity(0)))
+    cpus = sorted(os.sched_getaffinity(0))
     found: dict[str, object] = {"topology": topology()}
     print(json.dumps(found["topology"]))
     alone = statistics.median(timed_group([0])[0] for _ in range(5))
@@ -79,7 +80,6 @@ def main() -> None:
     print(f"one loop alone on CPU 0: {alone * 1e3:.1f} ms")
     pairs = {}
     for other in cpus[1:]:
-        assert other is not None
         pairs[other] = round(timed_group([0, other])[0] / alone, 3)
     found["beside_cpu0"] = pairs
     slow = {cpu: ratio for cpu, ratio in pairs.items() if ratio > 1.25}
@@ -87,7 +87,7 @@ def main() -> None:
     half = len(cpus) // 2
     groups = {}
     for count in (c for c in (2, 4, 8, 12, 16) if 2 * c <= len(cpus)):  # every placement fits
-        placements: dict[str, list[int | None]] = {
+        placements: dict[str, Sequence[int | None]] = {
             "unpinned": [None] * count,
             "consecutive": cpus[:count],
             "every_other": cpus[: 2 * count : 2],
