@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_engine import python_bytecode
 from benchmarks.harness import environment, kernelarena_git_rev, write_report
-from kernelarena.evaluate.executors.job_stages import NEW_SANDBOX, stage_table
+from kernelarena.evaluate.executors.job_stages import NEW_SANDBOX, by_phase, stage_table
 
 try:
     from flashinfer_bench.data import (
@@ -441,10 +441,7 @@ def first_jobs(record: dict[str, Any]) -> list[str]:
         if job["solution"] in seen:
             continue
         seen.add(job["solution"])
-        phases: dict[str, float] = {}
-        for path, ms in job["ms"].items():
-            phase = path.split("/", 1)[0]
-            phases[phase] = phases.get(phase, 0.0) + ms
+        phases = by_phase(job["ms"])
         parts = {p[len(waited) :]: ms for p, ms in job["ms"].items() if p.startswith(waited)}
         inner = ", ".join(f"{name} {ms:.0f}" for name, ms in parts.items() if ms >= 1)
         at = job.get("finished_at", record["started_at"]) - record["started_at"]

@@ -76,14 +76,20 @@ def job_record(job: Job, result: JobResult, finished_at: float | None = None) ->
     return record
 
 
+def by_phase(values: dict[str, float]) -> dict[str, float]:
+    """Values by stage path summed by their top stage: each phase with its nested stages."""
+    summed: dict[str, float] = {}
+    for path, value in values.items():
+        top = path.split("/", 1)[0]
+        summed[top] = summed.get(top, 0.0) + value
+    return summed
+
+
 def phase_means(entry: dict[str, Any]) -> dict[str, float]:
     """Mean seconds per job of each phase (its nested stages included), of ``idle``, of the
     judge in all (``judge``), and of each ``parent:*`` stage, from one device's ``as_json``
     entry."""
-    means: dict[str, float] = {}
-    for path, value in entry["mean_s"].items():
-        top = path.split("/", 1)[0]
-        means[top] = means.get(top, 0.0) + value
+    means = by_phase(entry["mean_s"])
     means["judge"] = sum(v for k, v in means.items() if k in PHASES)
     return means
 
