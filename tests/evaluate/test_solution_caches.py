@@ -12,7 +12,7 @@ import pytest
 from kernelarena.compile.cache import sandbox_cache
 from kernelarena.evaluate.sandbox.confine import landlock_abi
 from kernelarena.evaluate.sandbox.solution_caches import LIBRARY_NAMESPACE, namespace_of
-from kernelarena.library import load_library
+from kernelarena.library import library_solution, load_library
 from tests import cli_process
 
 
@@ -29,6 +29,18 @@ def test_library_solutions_share_a_namespace_and_others_get_their_content_hash()
     assert namespace_of(described) == LIBRARY_NAMESPACE
     renamed = solution.model_copy(update={"name": solution.name + "_copy"})
     assert namespace_of(renamed) == renamed.content_hash()
+
+
+def test_a_library_solution_read_alone_is_the_one_the_library_loads() -> None:
+    """``namespace_of`` reads only the library's solution of the same name: it must be the same
+    solution, for every one, and none for a name the library does not have."""
+    loaded = load_library().solutions
+    assert len(loaded) > 100
+    for name, solution in loaded.items():
+        alone = library_solution(name)
+        assert alone is not None and alone.content_hash() == solution.content_hash(), name
+    assert library_solution("rmsnorm_bf16_not_in_the_library") is None
+    assert library_solution("") is None
 
 
 @pytest.mark.parametrize("namespace", ["", "../library", "a/b", "x y"])

@@ -315,39 +315,49 @@ class OperatorSpec:
         return Definition(**payload)
 
     def solutions_for(self, variant: Variant) -> list[Solution]:
+        return [self._solution(variant, spec) for spec in self.solution_specs(variant)]
+
+    def solution_specs(self, variant: Variant) -> list[SolutionSpec]:
+        """The solutions ``variant`` has, as declared (``solution_name`` names each)."""
+        return [s for s in self.solutions if s.variants is None or variant.suffix in s.variants]
+
+    def solution_name(self, variant: Variant, spec: SolutionSpec) -> str:
+        return f"{self.definition_name(variant)}_{spec.name}"
+
+    def _solution(self, variant: Variant, spec: SolutionSpec) -> Solution:
         definition = self.definition_name(variant)
-        made = []
-        for spec in self.solutions:
-            if spec.variants is not None and variant.suffix not in spec.variants:
-                continue
-            entry_file, symbol = spec.entry.split("::")
-            base = (self.folder / entry_file).parent
-            files = [entry_file, *spec.extra_files]
-            sources = [
-                SourceFile(
-                    path=str((self.folder / f).relative_to(base)),
-                    content=(self.folder / f).read_text(encoding="utf-8"),
-                )
-                for f in files
-            ]
-            sources = _embedded(self.folder, spec, sources)
-            made.append(
-                Solution(
-                    name=f"{definition}_{spec.name}",
-                    definition=definition,
-                    author=spec.author,
-                    description=spec.description or None,
-                    spec=BuildSpec(
-                        language=spec.language,  # type: ignore[arg-type]
-                        target_hardware=list(spec.targets),
-                        entry_point=f"{sources[0].path}::{symbol}",
-                        dependencies=list(spec.dependencies),
-                        destination_passing_style=spec.destination_passing_style,
-                    ),
-                    sources=sources,
-                )
+        entry_file, symbol = spec.entry.split("::")
+        base = (self.folder / entry_file).parent
+        sources = [
+            SourceFile(
+                path=str((self.folder / f).relative_to(base)),
+                content=(self.folder / f).read_text(encoding="utf-8"),
             )
-        return made
+            for f in [entry_file, *spec.extra_files]
+        ]
+        sources = _embedded(self.folder, spec, sources)
+        return Solution(
+            name=self.solution_name(variant, spec),
+            definition=definition,
+            author=spec.author,
+            description=spec.description or None,
+            spec=BuildSpec(
+                language=spec.language,  # type: ignore[arg-type]
+                target_hardware=list(spec.targets),
+                entry_point=f"{sources[0].path}::{symbol}",
+                dependencies=list(spec.dependencies),
+                destination_passing_style=spec.destination_passing_style,
+            ),
+            sources=sources,
+        )
+
+    def solution_named(self, name: str) -> Solution | None:
+        """The solution called ``name``, read alone (its sources only), or None."""
+        for variant in self.variants:
+            for spec in self.solution_specs(variant):
+                if self.solution_name(variant, spec) == name:
+                    return self._solution(variant, spec)
+        return None
 
     def workloads_for(self, variant: Variant, definition: Definition) -> list[Workload]:
         made = []

@@ -1,8 +1,8 @@
 """The judge's warm-up: its own kernels loaded and its ops' first calls made in a background thread,
 so that the run's first job does not pay for them (some thirty kernels, which CUDA loads each on its
-first launch, and torch's first calls: 0.3-0.7 s on an H100 host), and what the first build asks
-for. It goes on beside the first job's sandbox start, build and checks; it must not run beside
-the timing itself, so the judge joins it (``join``) before it times anything.
+first launch, and torch's first calls: 0.3-0.7 s on an H100 host). It goes on beside the first
+job's sandbox start, build and checks; it must not run beside the timing itself, so the judge joins
+it (``join``) before it times anything.
 """
 
 from __future__ import annotations
@@ -41,14 +41,9 @@ class JudgeWarmUp:
 
 
 def warm_judge_kernels(device: torch.device, gpu: Lock = NO_LOCK) -> None:
-    """The library's solutions, which the first build asks for (``compile.cache.namespace_of``:
-    the library's specs read, 0.4-0.6 s on an H100 host), then
-    ``judge_ops_once`` on a GPU. Best effort: whatever fails here fails again, and is reported,
+    """``judge_ops_once`` on a GPU. Best effort: whatever fails here fails again, and is reported,
     where the job does it."""
-    from kernelarena.compile.cache import read_library
-
     try:
-        read_library()
         with gpu.shared(), torch.cuda.device(device):
             judge_ops_once(device)
             torch.cuda.synchronize(device)
