@@ -53,7 +53,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import kernelarena_git_rev, result_path
+from benchmarks.harness import kernelarena_git_rev, result_path, sandbox_walls
 from benchmarks.host_cpu import HostCpu
 from benchmarks.host_cpu import describe as describe_host_cpu
 from benchmarks.profiles import parent_profiled, summarize, workers_profiled
@@ -340,6 +340,7 @@ def build_report(
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "workers": environments,
+            "sandbox_walls": sandbox_walls(),
             "kernelarena_git_rev": kernelarena_git_rev(),
         },
         "workload": {

@@ -54,7 +54,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_engine import python_bytecode
-from benchmarks.harness import environment, kernelarena_git_rev, write_report
+from benchmarks.harness import environment, kernelarena_git_rev, sandbox_walls, write_report
 from kernelarena.evaluate.executors.job_stages import NEW_SANDBOX, by_phase, stage_table
 
 try:
@@ -694,6 +694,7 @@ def dry_run(dataset: Path, trace_set: TraceSet, commands: dict[str, list[str]]) 
 def versions(git_rev: str | None) -> dict[str, str]:
     found = {"flashinfer_bench": importlib.metadata.version("flashinfer-bench")}
     found["kernelarena_git_rev"] = kernelarena_git_rev(git_rev)
+    found["sandbox_walls"] = sandbox_walls()
     return found
 
 

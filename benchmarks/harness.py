@@ -75,6 +75,15 @@ class Row:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def sandbox_walls() -> str:
+    """``namespaces`` where the engine's sandboxes are forked inside bwrap's walls, else why not:
+    without them sandboxes start as programs, and an engine benchmark measures another engine."""
+    from kernelarena.evaluate.sandbox.isolation import walls
+
+    found = walls()
+    return "namespaces" if found.available else found.why_not
+
+
 def environment(device: torch.device) -> dict[str, Any]:
     info: dict[str, Any] = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

