@@ -96,17 +96,26 @@ case "$stage" in
   library-walls)  # issue 40: the whole library's performance run from empty caches, as a user runs it (three
                   # trials), with the code under LIB_SRC (default: this tree's; an older export for a
                   # before/after), into its own cache and dataset; its traces come back for
-                  # benchmarks/compare_run_walls.py
+                  # benchmarks/compare_run_walls.py. A run longer than a call's ten minutes goes on in
+                  # the next call on the same warm machine with LIB_RESUME=1 (--resume over the same
+                  # cache and dataset); each part's wall time and traces so far go to walls.txt.
     label=${LIB_LABEL:-after}
-    rm -rf "/tmp/ka-cache-$label" "/tmp/ka-ds-$label" && mkdir -p "/tmp/ka-ds-$label"
-    log "library performance run ($label, ${LIB_SRC:-src})"
+    resume=()
+    if [ -n "${LIB_RESUME:-}" ] && [ -d "/tmp/ka-ds-$label" ]; then
+      resume=(--resume)
+    else
+      rm -rf "/tmp/ka-cache-$label" "/tmp/ka-ds-$label" && mkdir -p "/tmp/ka-ds-$label"
+    fi
+    log "library performance run ($label, ${LIB_SRC:-src}) ${resume[*]}"
     started=$(date +%s.%N)
     KERNELARENA_CACHE="/tmp/ka-cache-$label" KERNELARENA_DATASET="/tmp/ka-ds-$label" \
       PYTHONPATH="$PWD/${LIB_SRC:-src}:/tmp/site" timeout ${LIB_TIMEOUT:-560} \
-      python3 -m kernelarena.cli run --suite performance --device cuda:0 --allow-failures \
-      > "$OUT/lib_$label.txt" 2>&1
+      python3 -m kernelarena.cli run --suite performance --device cuda:0 --allow-failures "${resume[@]}" \
+      >> "$OUT/lib_$label.txt" 2>&1
     rc=$?
-    echo "$label rc=$rc wall_s=$(python3 -c "print(f'{$(date +%s.%N) - $started:.2f}')")" | tee -a "$OUT/walls.txt"
+    traces=$(cat "/tmp/ka-ds-$label"/traces/*/*.jsonl 2>/dev/null | grep -c .)
+    echo "$label ${resume[*]:-fresh} rc=$rc wall_s=$(python3 -c "print(f'{$(date +%s.%N) - $started:.2f}')") traces=$traces" \
+      | tee -a "$OUT/walls.txt"
     tail -3 "$OUT/lib_$label.txt"
     tar czf "$OUT/traces_$label.tgz" -C "/tmp/ka-ds-$label" .
     ;;
