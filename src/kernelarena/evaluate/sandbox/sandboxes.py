@@ -205,11 +205,8 @@ class Sandbox:
 class Sandboxes:
     """At most one sandbox with a solution loaded per judge. Inside the walls, each sandbox is
     forked from a ``zygote`` that imported torch once: on the CPU when it is needed (tens of
-    milliseconds), on a GPU two as soon as the zygote is up and two ``spares`` ahead. A fork makes
-    its CUDA context in a few tenths of a second, but a spare is stopped while the judge times
-    (most of a job), and one spare, forked as a solution took the last, was not ready in time for
-    the next solution's first job: on an H200 host, the third of three solutions of 8 jobs each
-    waited 0.65-1.4 s for the sandbox forked 3-4 s before. Started as programs (``KERNELARENA_ZYGOTE=0``, or
+    milliseconds), on a GPU one ``spare`` ahead, and two as soon as the zygote is up (a fork makes
+    its CUDA context, a few tenths of a second). Started as programs (``KERNELARENA_ZYGOTE=0``, or
     where the walls or a fork's CUDA context cannot stand), a sandbox takes seconds to import
     torch and make its context, often longer than a solution's jobs: on a GPU three spares start
     ahead (a GPU machine has cores to spare), the first solution's and its reference's at once and
@@ -275,7 +272,7 @@ class Sandboxes:
 
     def _spares_wanted(self) -> int:
         on_gpu = self.device.startswith("cuda")
-        default = (2 if on_gpu else 0) if self.zygote else (3 if on_gpu else 1)
+        default = (1 if on_gpu else 0) if self.zygote else (3 if on_gpu else 1)
         return int(os.environ.get("KERNELARENA_SPARE_SANDBOXES", default))
 
     def _drop_zygote(self, why: str = "") -> None:
