@@ -57,9 +57,17 @@ class ForkedProcess:
 
 
 class Zygote:
-    """One template process per judge on the CPU; ``fork`` makes each sandbox from it."""
+    """One template process per judge; ``fork`` makes each sandbox from it. On a GPU it computes
+    Triton's cache key for its forks after the first ``unkeyed_forks`` (``zygote.main``)."""
 
-    def __init__(self, device: str, folder: Path, writable: list[str], found: isolation.Walls):
+    def __init__(
+        self,
+        device: str,
+        folder: Path,
+        writable: list[str],
+        found: isolation.Walls,
+        unkeyed_forks: int = 0,
+    ):
         self.folder = folder
         tmp = folder / f"zygote-{os.getpid()}"
         tmp.mkdir(parents=True, exist_ok=True)
@@ -70,6 +78,7 @@ class Zygote:
             "kernelarena.evaluate.sandbox.zygote",
             str(child.fileno()),
             device,
+            str(unkeyed_forks),
         ]
         # Read-write for the forks (each confines itself to its own temporary folder and caches).
         folders = [*writable, str(folder)]

@@ -223,7 +223,10 @@ class Sandboxes:
         found = isolation.walls()
         if found.available and _zygote_wanted():
             try:
-                self.zygote = Zygote(device, folder, writable, found)
+                # The forks made at the start, which the first job waits for, do not wait for
+                # Triton's cache key too: the zygote computes it after them.
+                unkeyed = FORKED_AT_START if device.startswith("cuda") else 0
+                self.zygote = Zygote(device, folder, writable, found, unkeyed)
             except (OSError, ZygoteFailed) as failed:
                 print(f"kernelarena: sandboxes start as programs: {failed}", flush=True)
         self.spare_count = self._spares_wanted()

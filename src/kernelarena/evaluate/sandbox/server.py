@@ -56,7 +56,7 @@ class Sandbox(SolutionCalls):
         self.graph_calls = 0
         self.graph_sets: list[int] = []  # the sets the graph's calls rotate over
         self.graph_results: list[Any] = []  # a value-returning solution's results, one per set
-        # The first sandbox of a judge warms Triton beside its first job's build and checks
+        # A judge's first sandboxes warm Triton beside their first job's build and checks
         # (``triton_warmth.warm_triton``), if that job's solution may use Triton, until a timed request.
         self.warm_pending = False
         self.warming: threading.Thread | None = None

@@ -24,10 +24,11 @@ def warm_triton() -> None:
     """Triton's import (0.1-0.3 s) and its compile-cache key (a hash of its sources and libraries,
     cached per process: 0.4-0.6 s on an H100 host), which the first call of every Triton kernel
     waits for, warm cache or cold. Most solutions are Triton's: a sandbox forked from a zygote
-    inherits both from it (``zygote.prepare_forks``, once a judge); one started as a program does
-    both before it says it is ready, or, the first sandbox of a judge, which the run's first job
-    waits for, beside that job's build and checks (not its timings), and only for a solution that
-    may use Triton (``may_use_triton``). Best effort: a failure resurfaces where Triton is really
+    inherits both from it (``zygote.main``, once a judge); one started as a program does both
+    before it says it is ready. A judge's first sandboxes, which the run's first job waits for
+    (started as programs, or forked before the zygote computed the key), do it beside that job's
+    build and checks (not its timings), and only for a solution that may use Triton
+    (``may_use_triton``). Best effort: a failure resurfaces where Triton is really
     used."""
     with contextlib.suppress(Exception):
         from triton.runtime.cache import triton_key

@@ -4,8 +4,11 @@ A CPU sandbox spent about 2 s of a core importing torch before serving its one s
 the built-in library starts over a hundred, and on a two-core machine that was most of
 ``kernelarena run``'s time. The zygote starts inside a sandbox's walls (``isolation``, with
 ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` kept in its user namespace for the forks' set-up alone),
-imports what a sandbox imports (and on a GPU computes Triton's cache key: ``prepare_forks``),
-runs no solution code, and forks one sandbox per request of its judge. Each fork, before
+imports what a sandbox imports (``prepare_forks``), runs no solution code, and forks one sandbox
+per request of its judge. On a GPU it also computes Triton's cache key once, which its forks
+inherit, but only after the judge's first forks (``main``): those are what the run's first job
+waits for, and each computes the key itself if its solution may use Triton, beside its build and
+checks. Each fork, before
 anything of its solution exists:
 
 - leaves the zygote's PID and mount namespaces for new ones of its own, as PID 1 (its first
@@ -31,6 +34,7 @@ import ctypes
 import json
 import os
 import sys
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -104,8 +108,10 @@ def _mounts_beneath(folder: str) -> bool:
     return any(point.startswith(folder.rstrip("/") + "/") for point in points)
 
 
-def _sandbox(conn_fd: int, device_name: str, tmp: Path, writable: list[str]) -> None:
-    """The fork's second process, PID 1 of its namespace: the sandbox itself. Never returns."""
+def _sandbox(conn_fd: int, device_name: str, tmp: Path, writable: list[str], keyed: bool) -> None:
+    """The fork's second process, PID 1 of its namespace: the sandbox itself. Never returns.
+    ``keyed``: whether it inherited Triton's cache key; if not, it computes it as a judge's first
+    sandbox does (``server.serve``)."""
     import tempfile
 
     from kernelarena.evaluate.sandbox.server import serve
@@ -119,7 +125,7 @@ def _sandbox(conn_fd: int, device_name: str, tmp: Path, writable: list[str]) -> 
     if device_name.startswith("cuda"):
         _cuda_context(device_name)
     confinement = confine_sandbox(writable)
-    serve(Connection(conn_fd), device_name, writable, confinement)
+    serve(Connection(conn_fd), device_name, writable, confinement, first=not keyed)
 
 
 def _cuda_context(device_name: str) -> None:
@@ -136,7 +142,7 @@ def _cuda_context(device_name: str) -> None:
         os._exit(FORK_FAILED)
 
 
-def _fork(request: dict[str, Any], conn_fd: int, device_name: str) -> None:
+def _fork(request: dict[str, Any], conn_fd: int, device_name: str, keyed: bool) -> None:
     """The zygote's child: its own namespaces and view, then the sandbox as its child, whose
     status it exits with (128 + the signal that killed it, as bwrap's init does)."""
     from kernelarena.evaluate.sandbox.isolation import TMPFS_BYTES
@@ -154,7 +160,7 @@ def _fork(request: dict[str, Any], conn_fd: int, device_name: str) -> None:
     if child == 0:
         try:
             _own_mounts(libc, tmp, hidden, TMPFS_BYTES)
-            _sandbox(conn_fd, device_name, tmp, writable)
+            _sandbox(conn_fd, device_name, tmp, writable, keyed)
         except BaseException as error:
             print(f"kernelarena sandbox fork: {error!r}", flush=True)
         os._exit(FORK_FAILED)
@@ -176,10 +182,8 @@ def _reap_ended(forks: set[int], watched: set[int]) -> None:
 
 
 def prepare_forks(device_name: str) -> None:
-    """What every fork would otherwise do itself, done here once: torch's, kernelarena's and
-    Triton's imports, and on a GPU Triton's compile-cache key (``warm_triton``: a hash of its
-    ~480 MB library, 0.4-0.6 s of a core on an H100 host), which each fork computed again before
-    it said it was ready, a run's first jobs and every new sandbox waiting on it."""
+    """What every fork would otherwise do itself, done here once before the first: torch's,
+    kernelarena's and Triton's imports."""
     on_gpu = device_name.startswith("cuda")
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
@@ -198,23 +202,41 @@ def prepare_forks(device_name: str) -> None:
 
     with contextlib.suppress(ImportError):
         import triton  # noqa: F401
-    if on_gpu:
-        from kernelarena.evaluate.sandbox.triton_warmth import warm_triton
 
-        warm_triton()
+
+def _key_triton(forked: int) -> bool:
+    """Triton's compile-cache key computed, for the forks from now on to inherit (said in the
+    log, with its time); True."""
+    from kernelarena.evaluate.sandbox.triton_warmth import warm_triton
+
+    started = time.perf_counter()
+    warm_triton()
+    took = time.perf_counter() - started
+    print(f"kernelarena sandbox zygote: Triton's cache key in {took:.2f} s, after {forked} forks")
+    return True
 
 
 def main(argv: list[str]) -> None:
+    """``argv``: the control connection's descriptor, the device, and on a GPU how many forks to
+    make before computing Triton's compile-cache key (``warm_triton``: a hash of its ~480 MB
+    library, 0.4-0.6 s of a core on an H100 host) for every later fork to inherit (each computed
+    it again before it said it was ready, every new sandbox waiting on it); 0: before the first.
+    The forks made before it compute it themselves where their solution may use Triton."""
     control_fd, device_name = int(argv[0]), argv[1]
+    key_triton_after = int(argv[2]) if len(argv) > 2 else 0
     from kernelarena.evaluate.process_output import line_buffered_output
 
     line_buffered_output()
     die_with_parent()
     control = Connection(control_fd)
     prepare_forks(device_name)
+    keyed = not device_name.startswith("cuda")  # the interpreter has no cache key
+    if not keyed and key_triton_after <= 0:
+        keyed = _key_triton(0)
     print(f"kernelarena sandbox zygote on {device_name}", flush=True)
     control.send_bytes(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     forks: set[int] = set()
+    forked = 0
     while True:
         try:
             request = control.recv()  # from the judge, the trusted side
@@ -229,13 +251,17 @@ def main(argv: list[str]) -> None:
                 os.dup2(log_fd, 1)
                 os.dup2(log_fd, 2)
                 os.close(log_fd)
-                _fork(request, conn_fd, device_name)
+                _fork(request, conn_fd, device_name, keyed)
             finally:
                 os._exit(FORK_FAILED)
         forks.add(pid)
         os.close(conn_fd)
         os.close(log_fd)
         control.send_bytes(json.dumps({"pid": pid}).encode())
+        forked += 1
+        if not keyed and forked >= key_triton_after:
+            # The judge's next request (a spare, as its first job takes a sandbox) waits for this.
+            keyed = _key_triton(forked)
 
 
 if __name__ == "__main__":
