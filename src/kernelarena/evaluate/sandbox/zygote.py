@@ -8,8 +8,7 @@ imports what a sandbox imports (``prepare_forks``), runs no solution code, and f
 per request of its judge. On a GPU it also computes Triton's cache key once, which its forks
 inherit, but only after the judge's first forks (``main``): those are what the run's first job
 waits for, and each computes the key itself if its solution may use Triton, beside its build and
-checks. Each fork, before
-anything of its solution exists:
+checks. Each fork, before anything of its solution exists:
 
 - leaves the zygote's PID and mount namespaces for new ones of its own, as PID 1 (its first
   process, the zygote's child, waits for it and exits with its status): when it dies the kernel
