@@ -203,16 +203,15 @@ def prepare_forks(device_name: str) -> None:
         import triton  # noqa: F401
 
 
-def _key_triton(forked: int) -> bool:
+def _key_triton(forked: int) -> None:
     """Triton's compile-cache key computed, for the forks from now on to inherit (said in the
-    log, with its time); True."""
+    log, with its time)."""
     from kernelarena.evaluate.sandbox.triton_warmth import warm_triton
 
     started = time.perf_counter()
     warm_triton()
     took = time.perf_counter() - started
     print(f"kernelarena sandbox zygote: Triton's cache key in {took:.2f} s, after {forked} forks")
-    return True
 
 
 def main(argv: list[str]) -> None:
@@ -229,9 +228,9 @@ def main(argv: list[str]) -> None:
     die_with_parent()
     control = Connection(control_fd)
     prepare_forks(device_name)
-    keyed = not device_name.startswith("cuda")  # the interpreter has no cache key
-    if not keyed and key_triton_after <= 0:
-        keyed = _key_triton(0)
+    on_gpu = device_name.startswith("cuda")  # the CPU's interpreter has no cache key
+    if on_gpu and key_triton_after <= 0:
+        _key_triton(0)
     print(f"kernelarena sandbox zygote on {device_name}", flush=True)
     control.send_bytes(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     forks: set[int] = set()
@@ -250,7 +249,7 @@ def main(argv: list[str]) -> None:
                 os.dup2(log_fd, 1)
                 os.dup2(log_fd, 2)
                 os.close(log_fd)
-                _fork(request, conn_fd, device_name, keyed)
+                _fork(request, conn_fd, device_name, not on_gpu or forked >= key_triton_after)
             finally:
                 os._exit(FORK_FAILED)
         forks.add(pid)
@@ -258,9 +257,9 @@ def main(argv: list[str]) -> None:
         os.close(log_fd)
         control.send_bytes(json.dumps({"pid": pid}).encode())
         forked += 1
-        if not keyed and forked >= key_triton_after:
+        if on_gpu and forked == key_triton_after:
             # The judge's next request (a spare, as its first job takes a sandbox) waits for this.
-            keyed = _key_triton(forked)
+            _key_triton(forked)
 
 
 if __name__ == "__main__":
