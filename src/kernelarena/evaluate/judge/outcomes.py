@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelarena.data import Status, Trace
+from kernelarena.data import Evaluation, Status, Trace
 
 JUDGE_OUT_OF_MEMORY = (
     "the judge or the reference ran out of device memory for this workload's sets, beside the "
@@ -22,9 +22,13 @@ class Outcome:
     skipped: str | None = None
     fatal: bool = False
 
+    @property
+    def evaluation(self) -> Evaluation | None:
+        return self.trace.evaluation if self.trace is not None else None
+
 
 def not_passed(outcome: Outcome) -> bool:
-    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
+    evaluation = outcome.evaluation
     return evaluation is not None and evaluation.status is not Status.PASSED
 
 
@@ -33,7 +37,7 @@ def short_of_memory(outcome: Outcome) -> bool:
     the solution did (``SolutionFailed`` of kind "oom")."""
     if outcome.skipped is not None:
         return outcome.skipped.startswith(JUDGE_OUT_OF_MEMORY)
-    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
+    evaluation = outcome.evaluation
     return (
         evaluation is not None
         and evaluation.status is Status.RUNTIME_ERROR
@@ -43,14 +47,14 @@ def short_of_memory(outcome: Outcome) -> bool:
 
 
 def last_log_line(outcome: Outcome) -> str:
-    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
+    evaluation = outcome.evaluation
     lines = evaluation.log.strip().splitlines() if evaluation is not None else []
     return lines[-1][:300] if lines else "no log"
 
 
 def noted_after_memory(outcome: Outcome, first: Outcome) -> Outcome:
     """``outcome``, a second attempt, with its trace saying the first ran out of device memory."""
-    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
+    evaluation = outcome.evaluation
     if evaluation is not None:
         said = first.skipped or last_log_line(first)
         evaluation.log = (
@@ -64,7 +68,7 @@ def noted_after_memory(outcome: Outcome, first: Outcome) -> Outcome:
 def noted_after_capture(outcome: Outcome, first: Outcome) -> Outcome:
     """``outcome``, timed again with events, with its trace saying the CUDA graph failed and its
     performance marked as not to be captured (apply never runs it inside a graph)."""
-    evaluation = outcome.trace.evaluation if outcome.trace is not None else None
+    evaluation = outcome.evaluation
     if evaluation is not None:
         evaluation.log = (
             f"the solution's CUDA graph failed (its capture, or replays that do not do the "
