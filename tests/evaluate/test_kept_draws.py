@@ -1,6 +1,8 @@
-"""The judge's kept draws: found again by key and by their very tensors, the least recently used
-going first past the budget, a draw over a thirty-second of the budget not kept, and a budget sized
-to the device."""
+"""The judge's kept draws: found again by key and by their very tensors; past the budget the other
+workloads' most recently used going first, then the workload's own least recently used; a draw
+over a thirty-second of the budget not kept; a budget sized to the device; and a run that takes a
+definition's workloads in turn for each solution finding most of its draws kept when they are over
+the budget."""
 
 from __future__ import annotations
 
@@ -67,3 +69,39 @@ def test_a_draw_kept_again_counts_once_and_its_outputs_count() -> None:
     kept.keep_outputs(last, True, {"y": torch.randn(3000)})  # type: ignore[arg-type]
     assert kept.get(("w", 1, STANDARD)) is None  # 408 kB: the least recently used went
     assert kept.outputs(last, True) is not None  # type: ignore[arg-type]
+
+
+def test_the_other_workloads_most_recently_used_go_first() -> None:
+    kept = KeptDraws(budget=400_000)  # 33 draws of 12 kB
+    for workload in ("a", "b", "c"):
+        for seed in range(11):
+            kept.put((workload, seed, STANDARD), _draw(3000))  # type: ignore[arg-type]
+    assert kept.get(("a", 0, STANDARD)) is not None  # a's first draw used last now
+    kept.put(("d", 0, STANDARD), _draw(3000))  # type: ignore[arg-type]
+    # a was used last of the others: its newest draw goes, not b's or c's oldest
+    assert kept.get(("a", 0, STANDARD)) is None
+    assert all(kept.get(("b", seed, STANDARD)) is not None for seed in range(11))
+    assert all(kept.get(("c", seed, STANDARD)) is not None for seed in range(11))
+    assert kept.get(("d", 0, STANDARD)) is not None
+
+
+def _solutions_in_turn(kept: KeptDraws, solutions: int) -> list[int]:
+    """Draws found by each solution taking eight workloads of ten 12 kB draws in turn."""
+    found = []
+    for _ in range(solutions):
+        hits = 0
+        for workload in range(8):
+            for seed in range(10):
+                key = (str(workload), seed, STANDARD)
+                if kept.get(key) is not None:  # type: ignore[arg-type]
+                    hits += 1
+                else:
+                    kept.put(key, _draw(3000))  # type: ignore[arg-type]
+        found.append(hits)
+    return found
+
+
+def test_solutions_in_turn_find_what_fits_when_the_draws_are_over_the_budget() -> None:
+    # 80 draws of 12 kB, 64 fit: least recently used first, each solution would find none
+    found = _solutions_in_turn(KeptDraws(budget=800_000), solutions=4)
+    assert found[0] == 0 and all(hits >= 60 for hits in found[1:]), found

@@ -7,6 +7,13 @@ each check of it. Each solution of a definition would otherwise ask the referenc
 shape and to compute the same draws again. The judge only reads a kept draw's tensors and the
 outputs kept with it; outputs are found by the very tensor objects of a kept draw, so a set whose
 inputs were changed (a partial refill copies what it changes) is never taken for one.
+
+Past the budget, what goes first is what the run will want last (``KeptDraws._trim``): a job
+reads only its own workload's draws, and a run takes a definition's workloads in turn for each
+solution, so the workload just finished comes round again last. The least recently used would go
+instead, and with a definition's draws over the budget each solution would find none of its own
+(on an H200, FlashInfer-Bench's eight rmsnorm workloads: the third solution drew and computed
+again every set the first two had).
 """
 
 from __future__ import annotations
@@ -55,7 +62,8 @@ def kept_budget(device: torch.device) -> int:
 
 
 class KeptDraws:
-    """At most ``budget`` bytes of draws and their outputs; the least recently used go first."""
+    """At most ``budget`` bytes of draws and their outputs: past it, the other workloads' most
+    recently used go first, then the workload's own least recently used (``_trim``)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
@@ -88,41 +96,52 @@ class KeptDraws:
         self._kept[key] = _Kept(inputs, size)
         self._size += size
         self._by_tensor[id(first)] = key
-        self._trim()
+        self._trim(key[0])
 
     def outputs(self, inputs: dict[str, Value], precise: bool) -> dict[str, torch.Tensor] | None:
         """The outputs kept for ``inputs`` (in float64 where ``precise``), if they are a kept
         draw's very tensors."""
-        kept = self._find(inputs)
-        return None if kept is None else kept.outputs.get(precise)
+        found = self._find(inputs)
+        return None if found is None else found[1].outputs.get(precise)
 
     def keep_outputs(
         self, inputs: dict[str, Value], precise: bool, outputs: dict[str, torch.Tensor]
     ) -> None:
-        kept = self._find(inputs)
-        if kept is not None and precise not in kept.outputs:
+        found = self._find(inputs)
+        if found is not None and precise not in found[1].outputs:
+            key, kept = found
             kept.outputs[precise] = outputs
             added = tensor_bytes(outputs)
             kept.size += added
             self._size += added
-            self._trim()
+            self._trim(key[0])
 
-    def _find(self, inputs: dict[str, Value]) -> _Kept | None:
+    def _find(self, inputs: dict[str, Value]) -> tuple[DrawKey, _Kept] | None:
         first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
         key = self._by_tensor.get(id(first)) if first is not None else None
         kept = self._kept.get(key) if key is not None else None
-        if kept is None or kept.inputs.keys() != inputs.keys():
+        if key is None or kept is None or kept.inputs.keys() != inputs.keys():
             return None
         for name, value in kept.inputs.items():
             given = inputs[name]
             same = given is value if isinstance(value, torch.Tensor) else given == value
             if not same:
                 return None
-        return kept
+        return key, kept
 
-    def _trim(self) -> None:
+    def _trim(self, workload: str) -> None:
+        """Back within the budget, ``workload``'s job running: first the other workloads' draws,
+        the most recently used first (the workload finished last is wanted again last, after
+        every other; in a run that takes each workload's solutions in turn, never again), then
+        ``workload``'s own, the least recently used first."""
+        if self._size <= self.budget:
+            return
+        for key in reversed([k for k in self._kept if k[0] != workload]):
+            self._forget(key)
+            if self._size <= self.budget:
+                return
         while self._kept and self._size > self.budget:
-            self._forget(next(iter(self._kept)))  # the least recently used
+            self._forget(next(iter(self._kept)))
 
     def _forget(self, key: DrawKey) -> None:
         kept = self._kept.pop(key)
