@@ -47,7 +47,10 @@ class StandIn:
         self.captured = [s.inputs["x"].clone() for s in self.timed]
         self.graph = graph
         self.requests: list[tuple[Any, ...]] = []
-        self.sandbox = SimpleNamespace(request=self.request)
+        self.sandbox = SimpleNamespace(
+            request=self.request,
+            request_beside=lambda message, beside: (self.request(*message), beside()),
+        )
 
     def draw_ahead(self, seeds: list[int]) -> None:
         pass  # the refills below draw on the spot

@@ -246,12 +246,16 @@ def _verify_pass(
             sets.poison(timed[index])
     if sets.device.type == "cuda":
         torch.cuda.synchronize(sets.device)
-    reply = sets.sandbox.request(*request)
+    # The sampled sets' reference outputs while the sandbox calls: the reference runs on the
+    # judge's own copies of their inputs, which nothing of the sandbox's reaches.
+    reply, _ = sets.sandbox.request_beside(
+        request, lambda: sets.expect([timed[index] for index in sorted(sampled)])
+    )
     check_reply(sets, reply, "the calls after the refills")
     expect_stream_order(reply, "the calls after the refills")
     unfinished = _still_poisoned(sets, timed)
     order = sorted(unfinished) + sorted(set(sampled) - unfinished)
-    sets.expect([timed[index] for index in order])  # one request to the reference for them all
+    sets.expect([timed[index] for index in order])  # the unfinished unsampled ones, if any
     for index in order:
         _check_set(sets, timed[index], late=index in unfinished, graph=graph)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kernelarena.evaluate.process_output import read_tail
 from kernelarena.evaluate.sandbox import isolation
@@ -31,6 +31,7 @@ from kernelarena.evaluate.sandbox.forked import ForkedProcess, Zygote, ZygoteFai
 from kernelarena.evaluate.sandbox.zygote import FORK_FAILED
 
 REPLY_LIMIT = 1 << 20
+Result = TypeVar("Result")
 
 
 class SandboxDied(Exception):
@@ -112,12 +113,36 @@ class Sandbox:
     ) -> dict[str, Any]:
         """Send ``message`` (and pass ``fds`` right behind it: ``descriptors.receive_fds``), then wait
         for the reply."""
+        self.send(*message, fds=fds)
+        return self.receive(timeout)
+
+    def request_beside(
+        self, message: tuple[Any, ...], beside: Callable[[], Result]
+    ) -> tuple[dict[str, Any], Result]:
+        """The reply to ``message``, and what ``beside()`` returned, run while the sandbox works
+        on the request: the judge's own work that needs nothing of the reply nor of what the
+        sandbox can write (the reference's outputs for inputs the judge keeps). The reply is
+        read even where ``beside`` raises, so that the next request's is not taken for it."""
+        self.send(*message)
+        try:
+            done = beside()
+        except BaseException:
+            with contextlib.suppress(SandboxDied):
+                self.receive()
+            raise
+        return self.receive(), done
+
+    def send(self, *message: Any, fds: Sequence[int] = ()) -> None:
+        """A request's first half (``request``): its reply is left for ``receive``."""
         try:
             self.conn.send(message)
             if fds:
                 send_fds(self.conn, list(fds))
         except (OSError, BrokenPipeError):
             raise SandboxDied(self._death_note()) from None
+
+    def receive(self, timeout: float | None = None) -> dict[str, Any]:
+        """A request's second half: the reply to the last message ``send`` sent."""
         return self._receive(timeout)
 
     def _receive(self, timeout: float | None) -> dict[str, Any]:
