@@ -361,7 +361,7 @@ EOF
     ;;
   judge-cost)  # issues 36 and 40: the engine's cost per job. COST_PARTS: fib (bench_vs_flashinfer_bench,
                # .whl-fib carried), fibprof (ours alone on its dataset, the judge profiled), fibjudges (ours
-               # alone on it with JUDGES="1 2 3" judges a GPU) and variants
+               # alone on it with JUDGES="1 2 3" judges a GPU), fibab (trees alternated) and variants
                # (VARIANTS="name=VAR=value,..."; "old*" runs .old-src), each
                # variant's wall time and, in code that has it, its stage table
     parts=${COST_PARTS:-fib variants}
@@ -418,6 +418,33 @@ for f in glob.glob(sys.argv[1] + '/*.prof'):
     for name in sys.argv[2:]: s.print_callers(name)" "$OUT/prof-fib" $PROFILE_CALLERS 2>&1 | grep -v "^$" | head -80
       # One file back for all of it: no more than eight come back from a call.
       (cd "$OUT" && tar czf fibprof.tgz prof-fib fibprof_* && rm -rf prof-fib fibprof_*.json fibprof_*.err)
+    fi
+    if [[ " $parts " == *" fibab "* ]]; then  # ours alone on the bench's dataset with each tree of FIBAB
+      # ("name=path/to/src ..."; exported trees carried beside this one), alternated on one host
+      # for FIBAB_ROUNDS rounds after one untimed round: a before/after that host drift cannot make
+      fib_wheels && fib_dataset
+      trees=(${FIBAB:-old=.old-src/src new=src})
+      for round in $(seq 0 ${FIBAB_ROUNDS:-4}); do
+        order=("${trees[@]}"); (( round % 2 )) && order=($(printf '%s\n' "${trees[@]}" | tac))
+        for tree in "${order[@]}"; do
+          name=${tree%%=*}; source_path=$PWD/${tree#*=}
+          rm -rf /tmp/fibds/traces; start=$(date +%s.%N)
+          PYTHONPATH=$source_path:$PWD:/tmp/site timeout 120 python3 -m kernelarena.cli run rmsnorm_h4096 \
+            --dataset /tmp/fibds --device cuda --suite all --json --allow-failures > "$OUT/fibab.json" 2> "$OUT/fibab.err"
+          wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
+          label="round $round $name"; [ $round = 0 ] && label="untimed $name"
+          run_summary "$OUT/fibab.json" "$label" "$wall" "$start" quiet | tee -a "$OUT/fibab.txt"
+          python3 - "$OUT/fibab.json" "$label" >> "$OUT/fibab_stages.txt" <<'EOF2'
+import json, sys
+from kernelarena.evaluate.executors.job_stages import stage_table
+found = json.load(open(sys.argv[1]))
+print("\n".join(stage_table(found.get("stages", {}), sys.argv[2])))
+for job in found.get("job_stages", [])[:1]:
+    print("first job", sys.argv[2], json.dumps({k: round(v) for k, v in job["ms"].items() if v >= 5}))
+EOF2
+        done
+      done
+      rm -f "$OUT/fibab.json"
     fi
     if [[ " $parts " == *" fibjudges "* ]]; then  # ours alone on the bench's dataset, JUDGES judges a GPU each
       fib_wheels && fib_dataset

@@ -94,8 +94,8 @@ def ratios(
             continue
         truth = precise[name].to(torch.float64)
         finite = torch.isfinite(truth)
-        solution_error = _normwise(produced[name], truth, finite)
-        reference_error = _normwise(expected[name], truth, finite)
+        solution_error = normwise(produced[name], truth, finite)
+        reference_error = normwise(expected[name], truth, finite)
         if solution_error is None or reference_error is None:
             continue
         limit = definition.tolerance_for(name).max_error_ratio or DEFAULT_MAX_ERROR_RATIO
@@ -104,7 +104,7 @@ def ratios(
     return found
 
 
-def _normwise(value: torch.Tensor, truth: torch.Tensor, finite: torch.Tensor) -> float | None:
+def normwise(value: torch.Tensor, truth: torch.Tensor, finite: torch.Tensor) -> float | None:
     """``||value - truth|| / ||truth||`` where ``truth`` is finite (the absolute norm where the
     truth is all zeros); None where the shapes differ or nothing is finite."""
     if value.shape != truth.shape or not bool(finite.any()):
