@@ -77,3 +77,17 @@ def test_on_the_stage_clock_the_work_beside_is_its_own_stage_not_the_sandboxs() 
     answering.join(timeout=5.0)
     assert {"timing/sandbox:eager", "timing/expected"} <= set(stages), stages
     assert not any(path.startswith("timing/sandbox:eager/") for path in stages), stages
+
+
+def test_on_the_stage_clock_a_plain_request_is_its_stage() -> None:
+    from kernelarena.evaluate.judge.clocked_sandboxes import clock_requests
+    from kernelarena.evaluate.judge.stage_clock import JOB_STAGES
+
+    sandbox, beside_ran, answering = _stand_in(requests=1)
+    clock_requests(sandbox)
+    beside_ran.set()
+    JOB_STAGES.begin("checks")
+    assert sandbox.request("eager", [1], 1)["ok"] is True
+    stages = JOB_STAGES.take()
+    answering.join(timeout=5.0)
+    assert "checks/sandbox:eager" in stages, stages

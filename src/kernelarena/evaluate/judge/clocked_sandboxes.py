@@ -50,19 +50,15 @@ class ClockedSandboxes(Sandboxes):
 
 
 def clock_requests(sandbox: Sandbox) -> None:
-    """Each request of ``sandbox`` a nested stage from now on. On the instance: the sandboxes
-    make their ``Sandbox`` objects themselves (``Sandboxes._spawn``), spares and forks alike."""
+    """Each request of ``sandbox`` a nested stage from now on: its two halves, which ``request``
+    and ``request_beside`` both go through, each in the stage (the judge's work between them in
+    ``request_beside`` in the stage around it). On the instance: the sandboxes make their
+    ``Sandbox`` objects themselves (``Sandboxes._spawn``), spares and forks alike."""
     if getattr(sandbox, "clocked", False):
         return
-    unclocked, send, receive = sandbox.request, sandbox.send, sandbox.receive
+    send, receive = sandbox.send, sandbox.receive
     sent = ["?"]  # the request whose reply ``receive`` waits for
 
-    def request(*message: Any, **keywords: Any) -> dict[str, Any]:
-        with JOB_STAGES.stage(f"sandbox:{message[0] if message else '?'}"):
-            return unclocked(*message, **keywords)
-
-    # A request split around the judge's own work (``request_beside``): each half its stage,
-    # the work between them in the stage around the request.
     def clocked_send(*message: Any, **keywords: Any) -> None:
         sent[0] = str(message[0]) if message else "?"
         with JOB_STAGES.stage(f"sandbox:{sent[0]}"):
@@ -73,7 +69,6 @@ def clock_requests(sandbox: Sandbox) -> None:
             return receive(*arguments, **keywords)
 
     # mypy refuses assigning to a method
-    setattr(sandbox, "request", request)  # noqa: B010
     setattr(sandbox, "send", clocked_send)  # noqa: B010
     setattr(sandbox, "receive", clocked_receive)  # noqa: B010
     setattr(sandbox, "clocked", True)  # noqa: B010
