@@ -32,18 +32,25 @@ def test_solutions_that_may_launch_triton_kernels() -> None:
     assert not may_use_triton(solution("cuda", "__global__ void k() {}"))
 
 
-@pytest.mark.parametrize("device", ["cuda:0", "cpu"])
-def test_the_zygote_prepares_its_forks_without_cuda_or_tritons_key(device: str) -> None:
+@pytest.mark.parametrize(
+    ("device", "with_triton"), [("cuda:0", True), ("cuda:0", False), ("cpu", True)]
+)
+def test_the_zygote_prepares_its_forks_without_cuda_or_tritons_key(
+    device: str, with_triton: bool
+) -> None:
     """What the forks' first requests import is imported; CUDA, which no fork could inherit, is
-    not touched, and Triton's cache key waits for the judge's first forks (``zygote.main``)."""
+    not touched, and Triton's cache key waits for the judge's first forks (``zygote.main``), as
+    Triton's import does where the zygote says so."""
     program = (
+        "import sys\n"
         "from kernelarena.evaluate.sandbox.zygote import prepare_forks\n"
-        f"prepare_forks({device!r})\n"
+        f"prepare_forks({device!r}, with_triton={with_triton})\n"
+        "imported_triton = 'triton' in sys.modules\n"
         "from triton.runtime.cache import triton_key\n"
-        "import os, sys, torch\n"
+        "import os, torch\n"
         "print(triton_key.cache_info().currsize, os.environ.get('TRITON_INTERPRET'),\n"
         "      'kernelarena.evaluate.sandbox.reference_serving' in sys.modules,\n"
-        "      torch.cuda.is_initialized())\n"
+        "      torch.cuda.is_initialized(), imported_triton)\n"
     )
     environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     found = subprocess.run(
@@ -54,10 +61,11 @@ def test_the_zygote_prepares_its_forks_without_cuda_or_tritons_key(device: str) 
         check=True,
         env=environment,
     )
-    cached, interpreted, imported, cuda_initialized = found.stdout.split()
+    cached, interpreted, imported, cuda_initialized, imported_triton = found.stdout.split()
     assert int(cached) == 0
     assert interpreted == ("None" if device.startswith("cuda") else "1")
     assert imported == "True" and cuda_initialized == "False"
+    assert imported_triton == str(with_triton)
 
 
 @pytest.mark.skipif(not walls().available, reason="no namespaces here: no zygote")

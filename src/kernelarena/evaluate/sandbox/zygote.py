@@ -5,9 +5,9 @@ the built-in library starts over a hundred, and on a two-core machine that was m
 ``kernelarena run``'s time. The zygote starts inside a sandbox's walls (``isolation``, with
 ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` kept in its user namespace for the forks' set-up alone),
 imports what a sandbox imports (``prepare_forks``), runs no solution code, and forks one sandbox
-per request of its judge. On a GPU it also computes Triton's cache key once, which its forks
-inherit, but only after the judge's first forks (``main``): those are what the run's first job
-waits for, and each computes the key itself if its solution may use Triton, beside its build and
+per request of its judge. On a GPU it also imports Triton and computes its cache key once, which its
+forks inherit, but only after the judge's first forks (``main``): those are what the run's first
+job waits for, and each does both itself if its solution may use Triton, beside its build and
 checks. Each fork, before anything of its solution exists:
 
 - leaves the zygote's PID and mount namespaces for new ones of its own, as PID 1 (its first
@@ -180,9 +180,9 @@ def _reap_ended(forks: set[int], watched: set[int]) -> None:
         forks.discard(pid)
 
 
-def prepare_forks(device_name: str) -> None:
+def prepare_forks(device_name: str, with_triton: bool = True) -> None:
     """What every fork would otherwise do itself, done here once before the first: torch's,
-    kernelarena's and Triton's imports."""
+    kernelarena's and (``with_triton``) Triton's imports."""
     on_gpu = device_name.startswith("cuda")
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
@@ -199,8 +199,9 @@ def prepare_forks(device_name: str) -> None:
     import kernelarena.evaluate.sandbox.stream_order
     import kernelarena.evaluate.sandbox.timing  # noqa: F401
 
-    with contextlib.suppress(ImportError):
-        import triton  # noqa: F401
+    if with_triton:
+        with contextlib.suppress(ImportError):
+            import triton  # noqa: F401
 
 
 def _key_triton(forked: int) -> None:
@@ -219,7 +220,8 @@ def main(argv: list[str]) -> None:
     make before computing Triton's compile-cache key (``warm_triton``: a hash of its ~480 MB
     library, 0.4-0.6 s of a core on an H100 host) for every later fork to inherit (each computed
     it again before it said it was ready, every new sandbox waiting on it); 0: before the first.
-    The forks made before it compute it themselves where their solution may use Triton."""
+    The forks made before it compute it themselves where their solution may use Triton, and
+    import Triton too: the zygote imports it with the key."""
     control_fd, device_name = int(argv[0]), argv[1]
     key_triton_after = int(argv[2]) if len(argv) > 2 else 0
     from kernelarena.evaluate.process_output import line_buffered_output
@@ -227,8 +229,10 @@ def main(argv: list[str]) -> None:
     line_buffered_output()
     die_with_parent()
     control = Connection(control_fd)
-    prepare_forks(device_name)
     on_gpu = device_name.startswith("cuda")  # the CPU's interpreter has no cache key
+    # Triton's import (0.15-0.3 s) waits with its key: the first forks, which the run's first job
+    # waits for, import it themselves where their solution may use Triton (``warm_triton``).
+    prepare_forks(device_name, with_triton=not on_gpu or key_triton_after <= 0)
     if on_gpu and key_triton_after <= 0:
         _key_triton(0)
     print(f"kernelarena sandbox zygote on {device_name}", flush=True)
