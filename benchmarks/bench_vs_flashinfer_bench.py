@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_engine import python_bytecode
 from benchmarks.harness import environment, kernelarena_git_rev, sandbox_walls, write_report
 from kernelarena.evaluate.executors.job_stages import NEW_SANDBOX, by_phase, stage_table
+from kernelarena.evaluate.judge.worker import describe_startup
 
 try:
     from flashinfer_bench.data import (
@@ -434,8 +435,16 @@ def timed_run(setup: Setup, tool: str, label: str, repeat: int, caches: Path) ->
 def first_jobs(record: dict[str, Any]) -> list[str]:
     """Ours: each solution's first job, when it finished (seconds after the command began) and
     its judge's phases (ms), with what a new sandbox's wait was made of (``clocked_sandboxes``):
-    the jobs that wait for the run's sandboxes and compilers."""
+    the jobs that wait for the run's sandboxes and compilers; first, when each worker was
+    spawned and ready (where the command's own start-up ends and the judge's does)."""
     lines, seen = [], set()
+    for startup in record.get("worker_startup") or []:
+        if startup and "spawned_at" in startup:
+            spawned = startup["spawned_at"] - record["started_at"]
+            ready = spawned + startup["total_s"]
+            lines.append(
+                f"worker spawned {spawned:.2f} s, ready {ready:.2f} s ({describe_startup(startup)})"
+            )
     waited = f"{NEW_SANDBOX}/"
     for job in record.get("job_stages", []):
         if job["solution"] in seen:

@@ -160,6 +160,15 @@ def test_first_jobs_show_when_each_solution_began_and_what_its_first_job_waited_
         "(sandbox_start 900 [forks_at_start 600, sandbox_ready 250], checks 120 ms)",
         "eager: first job done 4.25 s in (checks 40 ms)",
     ]
+    # With the worker's start-up (``LocalExecutor``): when the command spawned it, and its ready.
+    phases = {"import_torch_s": 1.4, "cuda_init_s": 0.02}
+    record["worker_startup"] = [
+        {"spawned_at": 100.3, "total_s": 1.7, "python_s": 0.05, "phases_s": phases}
+    ]
+    assert first_jobs(record)[0] == (
+        "worker spawned 0.30 s, ready 2.00 s "
+        "(1.70 s: python 0.05 s, import torch 1.40 s, cuda init 0.02 s)"
+    )
 
 
 def test_scaling_runs_the_device_counts_asked_for() -> None:

@@ -203,6 +203,7 @@ class LocalExecutor:
         worker.environment = environment
         # Both clocks are this host's wall clock: the interpreter's start and the whole start-up.
         worker.startup = {
+            "spawned_at": round(worker.spawned_at, 4),
             "total_s": round(startup["ready_at"] - worker.spawned_at, 4),
             "python_s": round(startup["entered_at"] - worker.spawned_at, 4),
             "phases_s": startup["phases_s"],
