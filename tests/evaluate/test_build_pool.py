@@ -8,6 +8,7 @@ import importlib.util
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,3 +208,29 @@ def test_kernelarena_build_twice_on_a_fresh_folder(tmp_path: Path) -> None:
     assert "1 built or skipped, 1 failed" in said
     # Built into the trusted cache, where apply loads from.
     assert list((tmp_path / "cache" / "build" / "tvm_ffi").glob("*/solution_*.so"))
+
+
+def test_the_pools_set_up_is_done_while_the_workers_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's imports and each device's build target (an nvidia-smi on a GPU) come before
+    the wait for the workers, not between their ready and the run's first job."""
+    from types import SimpleNamespace
+
+    from kernelarena.evaluate.executors import build_targets
+
+    events: list[str] = []
+    monkeypatch.setattr(
+        build_targets, "build_target", lambda device: events.append(f"target {device}") or "x"
+    )
+    executor = LocalExecutor(["cuda:0", "cuda:1"], Timeouts(), log_dir=tmp_path, judges_per_gpu=1)
+
+    def await_ready(worker: Any) -> Any:
+        events.append(f"ready {worker.device}")
+        worker.environment, worker.startup = {"device": worker.device}, {}
+        return worker
+
+    monkeypatch.setattr(executor, "_spawn", lambda device: SimpleNamespace(device=device))
+    monkeypatch.setattr(executor, "_await_ready", await_ready)
+    executor.start()
+    assert events == ["target cuda:0", "target cuda:1", "ready cuda:0", "ready cuda:1"]

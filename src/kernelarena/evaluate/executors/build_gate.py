@@ -40,6 +40,18 @@ class BuildGate:
         self._settled_at = -1  # builds over when the queue was last settled
         self.summary: dict[str, Any] = {}  # the last run's pool (``BuildPool.summary``)
 
+    def prepare(self) -> None:
+        """What ``start`` would otherwise do first, done while the workers import torch: the
+        pool's modules (50 ms of imports) and the GPUs' architecture (an nvidia-smi), which the
+        run's first job would wait for after its judge is ready."""
+        if not self._wanted:
+            return
+        from kernelarena.evaluate.executors import build_pool  # noqa: F401
+        from kernelarena.evaluate.executors.build_targets import build_target
+
+        for device in dict.fromkeys(self._devices):
+            build_target(device)
+
     def start(self, jobs: Sequence[Job]) -> BuildPool | None:
         """The pool, given every build the jobs need in the order of the jobs (so that the first
         jobs' solutions are built first); None without a pool or without anything to build. The

@@ -118,6 +118,7 @@ class LocalExecutor:
         traces carry the environment without it."""
         if not self._workers:
             self.launch()
+            self._builds.prepare()
             pending, self._pending = self._pending, []
             self._workers = [self._await_ready(worker) for worker in pending]
         return [dict(w.environment, startup=w.startup) for w in self._workers]
