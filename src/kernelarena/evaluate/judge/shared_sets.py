@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kernelarena.data import Definition, Workload
+from kernelarena.data import Definition, SafetensorsInput, ScalarInput, Workload
 from kernelarena.evaluate.judge.references import Reference
 from kernelarena.evaluate.judge.request_runs import in_runs
 from kernelarena.evaluate.judge.set_checks import SetChecks, in_place
@@ -32,6 +32,7 @@ from kernelarena.runtime.inputs import (
     allocate_outputs,
     input_bytes,
     poison,
+    random_tensor,
 )
 
 _set_ids = itertools.count()
@@ -183,10 +184,12 @@ class SetMaker(SetChecks):
             self.poison(shared)
 
     def refill_some(self, shared: SharedSet, seed: int) -> None:
-        """New values for a few elements (``PARTIAL_REFILL_ELEMENTS``) of each floating-point input
-        the definition does not constrain, taken from a fresh draw of ``seed`` (so within the
-        workload's distribution), the rest kept; outputs poisoned. A solution that caches results
-        keyed on a sample of its inputs misses this change and answers stale.
+        """New values for a few elements (``PARTIAL_REFILL_ELEMENTS``) of each random
+        floating-point input the definition does not constrain, drawn from ``seed`` as a set's
+        inputs are (``random_tensor``: the workload's distribution) for those elements alone, not
+        a whole set's worth of memory and draws to change two; the rest kept, outputs poisoned. A
+        solution that caches results keyed on a sample of its inputs misses this change and
+        answers stale.
         Where the reference shapes its inputs (``make_inputs``: layouts derived from each other)
         or an input is of a low-precision float type (codes, scales), the whole set is refilled
         instead, since a few changed elements could break what ties them together."""
@@ -197,32 +200,32 @@ class SetMaker(SetChecks):
         if self.job.reference.shapes_inputs or low_precision or in_place(definition):
             self.refill(shared, seed, keep_private=True)
             return
-        fresh = self.draw(seed)
         private = dict(self.given(shared))
         generator = torch.Generator().manual_seed(seed)
+        cpu = torch.device("cpu")
         for name, target in shared.inputs.items():
-            value = fresh.get(name)
             if (
                 not isinstance(target, torch.Tensor)
-                or not isinstance(value, torch.Tensor)
                 or not target.is_floating_point()
                 or target.numel() == 0
+                or isinstance(self.job.workload.inputs.get(name), (ScalarInput, SafetensorsInput))
                 or definition.value_plan.generated(name)
             ):
                 continue
             count = min(PARTIAL_REFILL_ELEMENTS, target.numel())
             picked = torch.randint(target.numel(), (count,), generator=generator)
-            picked = picked.to(target.device)
+            values = random_tensor(definition.inputs[name], (count,), generator, cpu)
+            picked, values = picked.to(target.device), values.to(target.device)
             if target.is_contiguous():
-                target.view(-1)[picked] = value.reshape(-1)[picked]
+                target.view(-1)[picked] = values
             else:  # a permuted layout: change the same elements through a copy
                 whole = target.contiguous().view(-1)
-                whole[picked] = value.reshape(-1)[picked]
+                whole[picked] = values
                 target.copy_(whole.view(target.shape))
             kept = private[name]
             assert isinstance(kept, torch.Tensor)
-            kept = kept.contiguous().clone()
-            kept.view(-1)[picked] = value.reshape(-1)[picked]
+            kept = kept.contiguous().clone()  # a kept draw of other sets' too: never changed
+            kept.view(-1)[picked] = values
             private[name] = kept
         shared.private = private
         shared.expected = shared.precise = None
