@@ -374,8 +374,8 @@ EOF
       rm -rf /tmp/fibds && python3 benchmarks/bench_vs_flashinfer_bench.py --dry-run --dataset-dir /tmp/fibds > /dev/null 2>&1
     }
     # One run's line (LABEL, wall time, traces by status) from its --json output, and its stage
-    # table and each solution's first job (when it finished after START, its phases) unless a
-    # fifth argument says "quiet"
+    # table, the first job's stages of 5 ms or more and each solution's first job (when it
+    # finished after START, its phases) unless a fifth argument says "quiet"
     run_summary() {
       python3 - "$@" <<'EOF'
 import json, sys
@@ -388,6 +388,8 @@ statuses = Counter(trace["evaluation"]["status"] for trace in found["traces"])
 print(label, wall, "s", len(found["traces"]), "traces", dict(statuses))
 if not quiet:
     print("\n".join(stage_table(found.get("stages", {}), label)))
+    for job in found.get("job_stages", [])[:1]:
+        print("first job", label, json.dumps({k: round(v) for k, v in job["ms"].items() if v >= 5}))
     record = {"job_stages": found.get("job_stages", []), "started_at": float(start),
               "worker_startup": [e.get("startup") for e in found.get("environments", [])]}
     print("\n".join("  " + line for line in first_jobs(record)))
@@ -435,18 +437,7 @@ for f in glob.glob(sys.argv[1] + '/*.prof'):
           wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
           label="round $round $name"; [ $round = 0 ] && label="untimed $name"
           run_summary "$OUT/fibab.json" "$label" "$wall" "$start" quiet | tee -a "$OUT/fibab.txt"
-          python3 - "$OUT/fibab.json" "$label" "$start" >> "$OUT/fibab_stages.txt" <<'EOF2'
-import json, sys
-from benchmarks.bench_vs_flashinfer_bench import first_jobs
-from kernelarena.evaluate.executors.job_stages import stage_table
-found = json.load(open(sys.argv[1]))
-print("\n".join(stage_table(found.get("stages", {}), sys.argv[2])))
-for job in found.get("job_stages", [])[:1]:
-    print("first job", sys.argv[2], json.dumps({k: round(v) for k, v in job["ms"].items() if v >= 5}))
-record = {"job_stages": found.get("job_stages", []), "started_at": float(sys.argv[3]),
-          "worker_startup": [e.get("startup") for e in found.get("environments", [])]}
-print("\n".join("  " + line for line in first_jobs(record)))
-EOF2
+          run_summary "$OUT/fibab.json" "$label" "$wall" "$start" >> "$OUT/fibab_stages.txt"
         done
       done
       rm -f "$OUT/fibab.json"
