@@ -119,6 +119,7 @@ def run_once(
     statuses: dict[tuple[str, str, str], str] = {}
     failures: dict[str, str] = {}  # job -> the end of its trace's log, for what did not pass
     per_job: dict[str, Any] = {}  # job -> its device, axes and stages (``scaling_growth``)
+    waits: list[dict[str, Any]] = []  # the jobs that waited for a sandbox to be ready
 
     def record(job: Job, result: JobResult | None) -> None:
         if result is None:
@@ -126,6 +127,7 @@ def run_once(
         taken[result.device] += 1
         if result.stages:
             per_job["/".join(job.key)] = job_record(job, result)
+            waits.extend(sandbox_wait(job, result, taken[result.device], time.perf_counter()))
         if result.trace is not None and result.trace.evaluation is not None:
             evaluation = result.trace.evaluation
             statuses[job.key] = evaluation.status.value
@@ -153,6 +155,8 @@ def run_once(
             executor.close()  # the judges write their profiles as they stop
     if profile is not None:
         summarize(profile)
+    for wait in waits:
+        wait["done_at_s"] = round(wait["done_at_s"] - started, 2)
     return {
         "devices": devices,
         "startup_s": started - began,
@@ -163,8 +167,26 @@ def run_once(
         "statuses": statuses,
         "failures": failures,
         "per_job": per_job,
+        "sandbox_waits": waits,
         "environments": environments,
     }
+
+
+def sandbox_wait(job: Job, result: JobResult, nth: int, now: float) -> list[dict[str, Any]]:
+    """``job``'s waits for new sandboxes (its own, ``sandbox_start/new_sandbox`` and what it
+    holds, and its reference's, ``checks/sandbox_ready``), where together 50 ms or more: its
+    device, its place among the device's jobs and when it was done, so that a run's first jobs
+    show apart from the switches between solutions."""
+    ms = {
+        stage: round(1e3 * seconds, 1)
+        for stage, seconds in result.stages.items()
+        if stage.startswith("sandbox_start/new_sandbox") or stage.endswith("sandbox_ready")
+    }
+    if sum(ms.values()) < 50:
+        return []
+    return [
+        {"job": "/".join(job.key), "device": result.device, "nth": nth, "done_at_s": now, "ms": ms}
+    ]
 
 
 def start_ray(profile: Path | None) -> None:
@@ -257,6 +279,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 + (f"; {describe_host_cpu(run['host_cpu'])}" if run["host_cpu"] else "")
             )
             print("\n".join(stage_table(run["stages"], f"{n} device(s)")))
+            for wait in sorted(run["sandbox_waits"], key=lambda w: -sum(w["ms"].values()))[:12]:
+                print(
+                    f"  sandbox wait {sum(wait['ms'].values()):6.0f} ms: {wait['device']} job "
+                    f"{wait['nth']}, done at {wait['done_at_s']:.1f} s, {wait['job']}"
+                )
             for key, log in run["failures"].items():
                 print(f"  not passed: {key}: {log.splitlines()[-1] if log else ''}")
             for key, status in run["statuses"].items():
@@ -355,6 +382,7 @@ def build_report(
             "executor": args.executor,
             "warmup_s": warmup_s,
             "repeats": args.repeats,
+            "spare_sandboxes": os.environ.get("KERNELARENA_SPARE_SANDBOXES", "default"),
         },
         "results": results,
         "target_speedup_two_devices": TARGET_SPEEDUP_TWO_DEVICES,
