@@ -144,6 +144,34 @@ def test_slots_and_targets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build_target("cpu") == "cpu"
 
 
+def test_one_nvidia_smi_answers_the_count_the_target_and_the_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent's questions about the GPUs (how many, which architecture, the smallest one's
+    memory) are one nvidia-smi process, however often they are asked."""
+    from kernelarena.evaluate.executors import devices
+    from kernelarena.evaluate.executors.runner import device_memory_bytes
+
+    calls = tmp_path / "calls"
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nprintf "0, 9.0, 81559\\n1, 9.0, 143771\\n"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    devices.host_gpus.cache_clear()
+    try:
+        assert devices.visible_gpu_count() == 2
+        assert devices.resolve_devices("cuda") == ["cuda:0", "cuda:1"]
+        assert build_target("cuda:1") == "sm_90a"
+        assert device_memory_bytes(on_gpu=True) == 81559 * 2**20
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+        assert devices.visible_gpu_count() == 1
+        assert len(calls.read_text().splitlines()) == 1, calls.read_text()
+    finally:
+        devices.host_gpus.cache_clear()
+
+
 class _HeldBuilds(BuildPool):
     """Builds that finish only when the test says so: no compiler, no wall-clock luck."""
 

@@ -5,12 +5,10 @@ how many builds it runs at once: the cores the judges leave free, within the mem
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import shutil
-import subprocess
 
 from kernelarena.data import Language, Solution
+from kernelarena.evaluate.executors.devices import host_gpus
 
 # What one build may take at its peak: nvcc's cicc on a CUTLASS-style template kernel reaches
 # 2-3 GB, the host compiler on torch/extension.h about 1 GB.
@@ -62,17 +60,6 @@ def build_target(device: str) -> str | None:
     return f"sm_{major}{minor}{'a' if int(major) >= 9 else ''}"  # as compile.cuda.device_arch
 
 
-@functools.cache
 def gpu_architectures() -> tuple[str, ...]:
     """The compute capabilities ('9.0') of this host's GPUs, each once."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return ()
-    try:
-        listed = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return tuple(sorted({line.strip() for line in listed.splitlines() if line.strip()}))
+    return tuple(sorted({gpu.compute_capability for gpu in host_gpus()}))

@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
+from typing import NamedTuple
+
+
+class Gpu(NamedTuple):
+    number: int  # as nvidia-smi numbers it
+    compute_capability: str  # '9.0'
+    memory_mib: int
+
+
+@functools.cache
+def host_gpus() -> tuple[Gpu, ...]:
+    """This host's GPUs as nvidia-smi lists them, in one query for the process: the parent asks
+    for their count, their architecture (the build target) and the smallest one's memory (the
+    plan), each ask a process of tens of milliseconds, most of them before the run's first job.
+    Empty where nvidia-smi is missing or fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ()
+    try:
+        listed = subprocess.run(
+            [smi, "--query-gpu=index,compute_cap,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+        rows = [[field.strip() for field in line.split(",")] for line in listed.splitlines()]
+        return tuple(Gpu(int(row[0]), row[1], int(row[2])) for row in rows if len(row) == 3)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return ()
 
 
 def visible_gpu_count() -> int:
@@ -13,16 +41,7 @@ def visible_gpu_count() -> int:
         entries = [e for e in visible.split(",") if e.strip()]
         if not entries or entries[0].strip() == "-1":
             return 0
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    try:
-        listed = subprocess.run(
-            [smi, "-L"], capture_output=True, text=True, timeout=30, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    count = sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+    count = len(host_gpus())
     return min(count, len(entries)) if visible is not None else count
 
 

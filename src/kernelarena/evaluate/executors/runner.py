@@ -8,8 +8,6 @@ with the same definition, solution and workload hashes on the same hardware, so 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +25,7 @@ from kernelarena.data import (
     TraceSet,
     Workload,
 )
+from kernelarena.evaluate.executors.devices import host_gpus
 from kernelarena.evaluate.executors.job_stages import StageTotals, job_record
 from kernelarena.evaluate.executors.jobs import Job, JobResult
 from kernelarena.evaluate.options import Options
@@ -232,17 +231,8 @@ def device_memory_bytes(on_gpu: bool) -> int | None:
     """The smallest GPU's memory (nvidia-smi, so no torch here), else this machine's; None when
     unknown."""
     if on_gpu:
-        smi = shutil.which("nvidia-smi")
-        if smi is None:
-            return None
-        try:
-            listed = subprocess.run(
-                [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=30, check=True,
-            ).stdout  # fmt: skip
-            return min(int(line) for line in listed.split()) * 2**20
-        except (OSError, subprocess.SubprocessError, ValueError):
-            return None
+        gpus = host_gpus()
+        return min(gpu.memory_mib for gpu in gpus) * 2**20 if gpus else None
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (OSError, ValueError, AttributeError):
