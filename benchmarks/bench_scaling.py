@@ -127,7 +127,9 @@ def run_once(
         taken[result.device] += 1
         if result.stages:
             per_job["/".join(job.key)] = job_record(job, result)
-            waits.extend(sandbox_wait(job, result, taken[result.device], time.perf_counter()))
+            wait = sandbox_wait(job, result, taken[result.device], time.perf_counter())
+            if wait is not None:
+                waits.append(wait)
         if result.trace is not None and result.trace.evaluation is not None:
             evaluation = result.trace.evaluation
             statuses[job.key] = evaluation.status.value
@@ -172,7 +174,7 @@ def run_once(
     }
 
 
-def sandbox_wait(job: Job, result: JobResult, nth: int, now: float) -> list[dict[str, Any]]:
+def sandbox_wait(job: Job, result: JobResult, nth: int, now: float) -> dict[str, Any] | None:
     """``job``'s waits for new sandboxes (its own, ``sandbox_start/new_sandbox`` and what it
     holds, and its reference's, ``checks/sandbox_ready``), where together 50 ms or more: its
     device, its place among the device's jobs and when it was done, so that a run's first jobs
@@ -183,10 +185,14 @@ def sandbox_wait(job: Job, result: JobResult, nth: int, now: float) -> list[dict
         if stage.startswith("sandbox_start/new_sandbox") or stage.endswith("sandbox_ready")
     }
     if sum(ms.values()) < 50:
-        return []
-    return [
-        {"job": "/".join(job.key), "device": result.device, "nth": nth, "done_at_s": now, "ms": ms}
-    ]
+        return None
+    return {
+        "job": "/".join(job.key),
+        "device": result.device,
+        "nth": nth,
+        "done_at_s": now,
+        "ms": ms,
+    }
 
 
 def start_ray(profile: Path | None) -> None:

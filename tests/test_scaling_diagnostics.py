@@ -205,3 +205,36 @@ def test_host_cpu_reads_busy_and_stolen_cores_between_two_readings(tmp_path: Pat
     stat.write_text("intr 1 2 3\n")
     assert HostCpu.read(stat) is None
     assert HostCpu.read(tmp_path / "absent") is None
+
+
+def test_sandbox_wait_sums_a_jobs_waits_for_new_sandboxes() -> None:
+    """A job's own new sandbox (its stage and what it holds) and its reference's count; its other
+    stages do not, and a job that waited under 50 ms is not listed."""
+    from types import SimpleNamespace
+
+    from benchmarks.bench_scaling import sandbox_wait
+
+    job = SimpleNamespace(key=("rmsnorm_bf16", "rmsnorm_bf16_triton", "w1"))
+    waited = SimpleNamespace(
+        device="cuda:2",
+        stages={
+            "sandbox_start/new_sandbox": 0.002,
+            "sandbox_start/new_sandbox/sandbox_ready": 1.2,
+            "checks/sandbox_ready": 0.3,
+            "checks/expected": 0.5,
+        },
+    )
+    wait = sandbox_wait(job, waited, 1, 12.5)  # type: ignore[arg-type]
+    assert wait == {
+        "job": "rmsnorm_bf16/rmsnorm_bf16_triton/w1",
+        "device": "cuda:2",
+        "nth": 1,
+        "done_at_s": 12.5,
+        "ms": {
+            "sandbox_start/new_sandbox": 2.0,
+            "sandbox_start/new_sandbox/sandbox_ready": 1200.0,
+            "checks/sandbox_ready": 300.0,
+        },
+    }
+    served = SimpleNamespace(device="cuda:2", stages={"checks/sandbox_ready": 0.04, "timing": 1.0})
+    assert sandbox_wait(job, served, 2, 13.0) is None  # type: ignore[arg-type]
