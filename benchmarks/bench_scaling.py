@@ -60,7 +60,12 @@ from benchmarks.profiles import parent_profiled, summarize, workers_profiled
 from benchmarks.scaling_growth import growth, growth_lines
 from kernelarena.data import TraceSet
 from kernelarena.evaluate.executors.devices import resolve_devices, visible_gpu_count
-from kernelarena.evaluate.executors.job_stages import job_record, phase_means, stage_table
+from kernelarena.evaluate.executors.job_stages import (
+    NEW_SANDBOX,
+    job_record,
+    phase_means,
+    stage_table,
+)
 from kernelarena.evaluate.executors.jobs import Job, JobResult, Timeouts
 from kernelarena.evaluate.executors.local import LocalExecutor
 from kernelarena.evaluate.executors.runner import Executor, plan, run_jobs
@@ -68,6 +73,9 @@ from kernelarena.evaluate.options import Options
 from kernelarena.library import load_library
 
 TARGET_SPEEDUP_TWO_DEVICES = 1.8
+# The run measured: rmsnorm and scale, each in three languages (``--definitions``, ``--solutions``).
+DEFINITIONS = "rmsnorm,scale"
+SOLUTIONS = "triton,cuda,torch_eager"
 
 
 def device_counts(total: int) -> list[int]:
@@ -182,7 +190,7 @@ def sandbox_wait(job: Job, result: JobResult, nth: int, now: float) -> dict[str,
     ms = {
         stage: round(1e3 * seconds, 1)
         for stage, seconds in result.stages.items()
-        if stage.startswith("sandbox_start/new_sandbox") or stage.endswith("sandbox_ready")
+        if stage.startswith(NEW_SANDBOX) or stage.endswith("sandbox_ready")
     }
     if sum(ms.values()) < 50:
         return None
@@ -212,11 +220,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--devices", help="the widest device list (default: cuda:0,cuda:1 or cpu,cpu)"
     )
-    parser.add_argument("--definitions", default="rmsnorm,scale", help="definitions or families")
+    parser.add_argument("--definitions", default=DEFINITIONS, help="definitions or families")
     parser.add_argument(
         "--solutions",
-        default="triton,cuda,torch_eager",
-        help="solution names, suffixes or languages, or 'all' (default: triton,cuda,torch_eager)",
+        default=SOLUTIONS,
+        help=f"solution names, suffixes or languages, or 'all' (default: {SOLUTIONS})",
     )
     parser.add_argument("--suite", default="all", help="workload tag, or all")
     parser.add_argument("--trials", type=int, default=3, help="checks with fresh inputs per job")

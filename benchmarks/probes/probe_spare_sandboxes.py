@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_scaling import run_once
+from benchmarks.bench_scaling import DEFINITIONS, SOLUTIONS, run_once
 
 from kernelarena.evaluate.executors.devices import resolve_devices
 from kernelarena.evaluate.executors.jobs import Timeouts
@@ -57,7 +57,7 @@ def main() -> None:
     counts = [int(c) for c in args.counts.split(",")]
     spares = args.spares.split(",")
     jobs = plan(
-        load_library(), ["rmsnorm", "scale"], ["triton", "cuda", "torch_eager"], "all",
+        load_library(), DEFINITIONS.split(","), SOLUTIONS.split(","), "all",
         widest[0].startswith("cuda"), Options(),
     )[: args.max_jobs]  # fmt: skip
     timeouts = Timeouts()
