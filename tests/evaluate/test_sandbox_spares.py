@@ -35,7 +35,7 @@ def test_a_starting_spare_is_stopped_while_the_judge_times_and_resumed_after(
             with sandboxes.spares_stopped():  # nested: only the outermost resumes
                 pass
             processes = [starting.pid, *descendants(starting.pid)]  # none starts while stopped
-            # Stopped once the kernel schedules them (spares_stopped waits 0.1 s at most for it).
+            # Stopped once the kernel schedules them (spares_stopped waits STOP_PATIENCE_S at most).
             deadline = time.monotonic() + 10
             while not {_state(pid) for pid in processes} <= {"T", "Z"}:  # Z: one that had exited
                 assert time.monotonic() < deadline, {pid: _state(pid) for pid in processes}

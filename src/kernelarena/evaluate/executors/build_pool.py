@@ -189,7 +189,7 @@ class BuildPool:
 
     def close(self) -> None:
         """Stop: queued builds are dropped, running ones killed."""
-        from kernelarena.evaluate.sandbox.confine import descendants, kill_all
+        from kernelarena.evaluate.sandbox.confine import kill_tree
 
         with self._lock:
             self._closed = True
@@ -200,7 +200,7 @@ class BuildPool:
         for _ in self._threads:
             self._queue.put(None)
         for process in running:
-            kill_all([*descendants(process.pid), process.pid])
+            kill_tree(process.pid)
         for thread in self._threads:
             thread.join(timeout=30)
         for fd in (self._read, self._write):
@@ -312,13 +312,13 @@ class BuildPool:
 
     def _wait(self, key: Key, process: subprocess.Popen[bytes]) -> bool:
         """Wait for the build; whether it ran out of time (then it and all it started are killed)."""
-        from kernelarena.evaluate.sandbox.confine import descendants, kill_all
+        from kernelarena.evaluate.sandbox.confine import kill_tree
 
         try:
             process.wait(timeout=self.timeout_s)
             return False
         except subprocess.TimeoutExpired:
-            kill_all([*descendants(process.pid), process.pid])
+            kill_tree(process.pid)
             process.wait()
             return True
         finally:

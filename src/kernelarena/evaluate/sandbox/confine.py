@@ -16,6 +16,7 @@ import ctypes
 import os
 import resource
 import signal
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -25,6 +26,10 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
+# /proc/PID/stat's flags, counted from the state as ``stat_fields`` returns them, and the flag of a
+# process that has begun to exit (include/linux/sched.h).
+_STAT_FLAGS = 6
+_PF_EXITING = 0x4
 _SYS_LANDLOCK_CREATE_RULESET = 444
 _SYS_LANDLOCK_ADD_RULE = 445
 _SYS_LANDLOCK_RESTRICT_SELF = 446
@@ -260,3 +265,42 @@ def kill_all(pids: Iterable[int]) -> None:
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def stop_tree(root: int, patience_s: float) -> list[int]:
+    """SIGSTOP ``root`` and every process below it; the processes signalled, ``root`` first.
+    Each round signals what the last walk found new, waits until those have stopped, and walks
+    again, until a walk finds nothing new: a process stops only between system calls, so one
+    caught inside ``fork`` still adds its child, which a walk made before it stopped misses.
+    Waits ``patience_s`` at most in all (a process in uninterruptible sleep stops late); past
+    that, the rounds go on without waiting."""
+    signalled: list[int] = []
+    fresh = [root]
+    deadline = time.monotonic() + patience_s
+    while fresh:
+        for pid in fresh:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        signalled += fresh
+        while any(running(pid) for pid in fresh) and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        seen = set(signalled)
+        fresh = [pid for pid in descendants(root) if pid not in seen]
+    return signalled
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and is neither stopped, a zombie nor exiting (a process tearing
+    down a CUDA context takes tenths of a second to become a zombie, and never stops)."""
+    fields = stat_fields(pid)
+    if not fields or len(fields) <= _STAT_FLAGS:
+        return False
+    return fields[0] not in (b"T", b"t", b"Z", b"X") and not int(fields[_STAT_FLAGS]) & _PF_EXITING
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL ``root`` and every process below it. Stopped first: a tree killed as it is walked
+    loses its shape (orphans leave ``root``'s subtree) before a later walk could find a child
+    forked in the meantime."""
+    below = stop_tree(root, patience_s=1.0)[1:]
+    kill_all([*below, root])

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -25,12 +24,16 @@ from typing import Any, TypeVar
 
 from kernelarena.evaluate.process_output import read_tail
 from kernelarena.evaluate.sandbox import isolation
-from kernelarena.evaluate.sandbox.confine import descendants, kill_all
+from kernelarena.evaluate.sandbox.confine import descendants, kill_tree, stop_tree
 from kernelarena.evaluate.sandbox.descriptors import send_fds
 from kernelarena.evaluate.sandbox.forked import ForkedProcess, Zygote, ZygoteFailed
 from kernelarena.evaluate.sandbox.zygote import FORK_FAILED
 
 REPLY_LIMIT = 1 << 20
+# How long a pause waits for a sandbox's processes to stop: one that is not stopped when the walk
+# below it is made can still fork a child the walk misses. Processes stop in well under a
+# millisecond unless the host is overloaded or one sleeps uninterruptibly.
+STOP_PATIENCE_S = 0.5
 Result = TypeVar("Result")
 
 
@@ -182,14 +185,8 @@ class Sandbox:
         """Stop it (and what it started) while the judge times the reference: a thread left
         running there could otherwise slow the reference and inflate the solution's speedup.
         Returns once they have stopped (a signal is delivered when the kernel next schedules the
-        process: on a loaded host, after the caller has moved on), or after 0.1 s."""
-        pids = [self.pid, *descendants(self.pid)]
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 0.1
-        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.0005)
+        process: on a loaded host, after the caller has moved on), or after ``STOP_PATIENCE_S``."""
+        stop_tree(self.pid, STOP_PATIENCE_S)
 
     def resume(self) -> None:
         for pid in [self.pid, *descendants(self.pid)]:
@@ -197,11 +194,8 @@ class Sandbox:
                 os.kill(pid, signal.SIGCONT)
 
     def stop_finding_strays(self) -> list[int]:
-        """``pause`` it, and return what ``strays`` would: one walk of its processes."""
-        found = descendants(self.pid)
-        for pid in [self.pid, *found]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGSTOP)
+        """``pause`` it, and return what ``strays`` would."""
+        found = stop_tree(self.pid, STOP_PATIENCE_S)[1:]
         return [pid for pid in found if pid not in self._own]
 
     def strays(self) -> list[int]:
@@ -222,7 +216,7 @@ class Sandbox:
     def retire(self) -> None:
         """Killed at once; reaped in the background (a process with a CUDA context takes ~0.1 s
         to go, which the next job need not wait for)."""
-        kill_all([*descendants(self.pid), self.pid])
+        kill_tree(self.pid)
         self.conn.close()
         threading.Thread(target=self.process.wait, name="reap-sandbox", daemon=True).start()
 
@@ -387,15 +381,6 @@ class Sandboxes:
             spare.retire()
         self.spares = []
         self._drop_zygote()
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` exists and is neither stopped nor a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("T", "t", "Z", "X")
 
 
 # Forked from the GPU's zygote as soon as it is up: the first job's sandbox and its reference's.
