@@ -192,13 +192,15 @@ def sandbox_wait(job: Job, result: JobResult, nth: int, now: float) -> dict[str,
         for stage, seconds in result.stages.items()
         if stage.startswith(NEW_SANDBOX) or stage.endswith("sandbox_ready")
     }
-    if sum(ms.values()) < 50:
+    total_ms = round(sum(ms.values()), 1)
+    if total_ms < 50:
         return None
     return {
         "job": "/".join(job.key),
         "device": result.device,
         "nth": nth,
         "done_at_s": now,
+        "total_ms": total_ms,
         "ms": ms,
     }
 
@@ -293,9 +295,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 + (f"; {describe_host_cpu(run['host_cpu'])}" if run["host_cpu"] else "")
             )
             print("\n".join(stage_table(run["stages"], f"{n} device(s)")))
-            for wait in sorted(run["sandbox_waits"], key=lambda w: -sum(w["ms"].values()))[:12]:
+            for wait in sorted(run["sandbox_waits"], key=lambda w: -w["total_ms"])[:12]:
                 print(
-                    f"  sandbox wait {sum(wait['ms'].values()):6.0f} ms: {wait['device']} job "
+                    f"  sandbox wait {wait['total_ms']:6.0f} ms: {wait['device']} job "
                     f"{wait['nth']}, done at {wait['done_at_s']:.1f} s, {wait['job']}"
                 )
             for key, log in run["failures"].items():

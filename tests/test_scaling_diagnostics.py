@@ -230,6 +230,7 @@ def test_sandbox_wait_sums_a_jobs_waits_for_new_sandboxes() -> None:
         "device": "cuda:2",
         "nth": 1,
         "done_at_s": 12.5,
+        "total_ms": 1502.0,
         "ms": {
             "sandbox_start/new_sandbox": 2.0,
             "sandbox_start/new_sandbox/sandbox_ready": 1200.0,

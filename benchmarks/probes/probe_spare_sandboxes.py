@@ -35,8 +35,8 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
         "run_s": round(run["run_s"], 2),
         "startup_s": round(run["startup_s"], 2),
         "waits": len(waits),
-        "wait_s": round(sum(sum(w["ms"].values()) for w in waits) / 1e3, 2),
-        "first_jobs_wait_s": round(sum(sum(w["ms"].values()) for w in first) / 1e3, 2),
+        "wait_s": round(sum(w["total_ms"] for w in waits) / 1e3, 2),
+        "first_jobs_wait_s": round(sum(w["total_ms"] for w in first) / 1e3, 2),
         "jobs_per_device": run["jobs_per_device"],
         "not_passed": sorted(run["failures"]),
     }
