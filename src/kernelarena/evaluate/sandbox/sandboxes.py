@@ -33,7 +33,7 @@ REPLY_LIMIT = 1 << 20
 # How long a pause waits for a sandbox's processes to stop: one that is not stopped when the walk
 # below it is made can still fork a child the walk misses. Processes stop in well under a
 # millisecond unless the host is overloaded or one sleeps uninterruptibly (a spare making its CUDA
-# context may), and the judge times while it waits, so the bound stays short.
+# context may), and the judge's timing waits on it, so the bound stays short.
 STOP_PATIENCE_S = 0.1
 Result = TypeVar("Result")
 
