@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernelarena.evaluate.sandbox import sandboxes as sandboxes_module
-from kernelarena.evaluate.sandbox.confine import descendants, kill_all
+from kernelarena.evaluate.sandbox.confine import descendants, kill_tree
 from kernelarena.evaluate.sandbox.sandboxes import Sandboxes
 
 
@@ -55,7 +55,7 @@ def test_a_dead_spare_is_replaced_when_a_solution_needs_it(tmp_path: Path) -> No
     sandboxes = Sandboxes("cpu", tmp_path, [str(tmp_path)])
     try:
         dead = sandboxes.spares[0]
-        kill_all([*descendants(dead.pid), dead.pid])  # bwrap, its init and the interpreter
+        kill_tree(dead.pid)  # bwrap, its init and the interpreter
         dead.process.wait()
         with sandboxes.spares_stopped():  # a dead spare stops nothing and raises nothing
             pass
