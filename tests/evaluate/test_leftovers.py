@@ -73,6 +73,18 @@ def test_a_reused_pid_does_not_keep_a_dead_owners_folder(tmp_path: Path) -> None
     assert owner_gone(folder)
 
 
+def _wait_until_stopped(pid: int) -> None:
+    """Popen returns once the child's descriptors are closed on exec, before the kernel has set its
+    command line: until it stops (after exec), /proc/PID/cmdline may not name the folder yet. A
+    judge's stopped sandbox has long finished its exec."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        time.sleep(0.001)
+
+
 def test_a_stopped_sandbox_of_a_dead_run_is_killed_with_its_folder(tmp_path: Path) -> None:
     """A sandbox started without namespaces and stopped by its judge (a spare paused while the
     judge timed) before it could ask to die with it: the judge killed, it would sleep forever."""
@@ -88,6 +100,7 @@ def test_a_stopped_sandbox_of_a_dead_run_is_killed_with_its_folder(tmp_path: Pat
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         os.kill(stopped.pid, signal.SIGSTOP)
+        _wait_until_stopped(stopped.pid)
         sweep(temp, tmp_path / "shm")
         assert stopped.wait(timeout=10) == -signal.SIGKILL
         assert bystander.poll() is None
