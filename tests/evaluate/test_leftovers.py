@@ -11,6 +11,7 @@ import pytest
 
 from kernelarena.evaluate.executors import leftovers
 from kernelarena.evaluate.executors.leftovers import OWNER_FILE, mark_owner, owner_gone, sweep
+from kernelarena.evaluate.sandbox.confine import stat_fields
 
 
 def _folder(root: Path, name: str) -> Path:
@@ -80,7 +81,7 @@ def _wait_until_stopped(pid: int) -> None:
     import time
 
     deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+    while (stat_fields(pid) or [b"gone"])[0] != b"T":
         assert time.monotonic() < deadline, f"process {pid} did not stop"
         time.sleep(0.001)
 
