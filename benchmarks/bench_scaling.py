@@ -70,6 +70,7 @@ from kernelarena.evaluate.executors.jobs import Job, JobResult, Timeouts
 from kernelarena.evaluate.executors.local import LocalExecutor
 from kernelarena.evaluate.executors.runner import Executor, plan, run_jobs
 from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.sandbox.sandboxes import SPARES_ENV
 from kernelarena.library import load_library
 
 TARGET_SPEEDUP_TWO_DEVICES = 1.8
@@ -398,7 +399,7 @@ def build_report(
             "executor": args.executor,
             "warmup_s": warmup_s,
             "repeats": args.repeats,
-            "spare_sandboxes": os.environ.get("KERNELARENA_SPARE_SANDBOXES", "default"),
+            "spare_sandboxes": os.environ.get(SPARES_ENV, "default"),
         },
         "results": results,
         "target_speedup_two_devices": TARGET_SPEEDUP_TWO_DEVICES,

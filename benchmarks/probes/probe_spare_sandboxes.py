@@ -23,9 +23,8 @@ from kernelarena.evaluate.executors.devices import resolve_devices
 from kernelarena.evaluate.executors.jobs import Timeouts
 from kernelarena.evaluate.executors.runner import plan
 from kernelarena.evaluate.options import Options
+from kernelarena.evaluate.sandbox.sandboxes import SPARES_ENV
 from kernelarena.library import load_library
-
-SPARES_ENV = "KERNELARENA_SPARE_SANDBOXES"
 
 
 def summary(run: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from kernelarena.evaluate.sandbox.forked import ForkedProcess, Zygote, ZygoteFai
 from kernelarena.evaluate.sandbox.zygote import FORK_FAILED
 
 REPLY_LIMIT = 1 << 20
+# How many spare sandboxes a judge keeps ready, where set (the default: ``_spares_wanted``).
+SPARES_ENV = "KERNELARENA_SPARE_SANDBOXES"
 # How long a pause waits for a sandbox's processes to stop: one that is not stopped when the walk
 # below it is made can still fork a child the walk misses. Processes stop in well under a
 # millisecond unless the host is overloaded or one sleeps uninterruptibly (a spare making its CUDA
@@ -296,7 +298,7 @@ class Sandboxes:
     def _spares_wanted(self) -> int:
         on_gpu = self.device.startswith("cuda")
         default = (1 if on_gpu else 0) if self.zygote else (3 if on_gpu else 1)
-        return int(os.environ.get("KERNELARENA_SPARE_SANDBOXES", default))
+        return int(os.environ.get(SPARES_ENV, default))
 
     def _drop_zygote(self, why: str = "") -> None:
         """No more forks: sandboxes start as programs from now (``why`` goes to the log)."""
