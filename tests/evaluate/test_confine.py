@@ -9,9 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from kernelarena.evaluate.sandbox.confine import descendants, kill_tree, stop_tree
+from kernelarena.evaluate.sandbox.confine import descendants, kill_tree, stat_fields, stop_tree
 
 # Forks a child that forks a grandchild, over and over: every walk of the tree races new forks.
 FORKER = """
@@ -33,10 +32,9 @@ while True:
 
 
 def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None  # gone
+    """The process's state letter, None when it is gone."""
+    fields = stat_fields(pid)
+    return fields[0].decode() if fields else None
 
 
 def _resume(root: int) -> None:

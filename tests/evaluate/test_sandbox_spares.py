@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernelarena.evaluate.sandbox import sandboxes as sandboxes_module
-from kernelarena.evaluate.sandbox.confine import descendants, kill_tree
+from kernelarena.evaluate.sandbox.confine import descendants, kill_tree, stat_fields
 from kernelarena.evaluate.sandbox.sandboxes import Sandboxes
 
 
@@ -21,8 +21,9 @@ def _spares_as_programs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _state(pid: int) -> str:
     """The process's state letter in /proc (T: stopped)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return fields[0]
+    fields = stat_fields(pid)
+    assert fields is not None, f"process {pid} is gone"
+    return fields[0].decode()
 
 
 def test_a_starting_spare_is_stopped_while_the_judge_times_and_resumed_after(
